@@ -1,0 +1,1 @@
+"""The CDC lakehouse pipeline: CLI, configuration, Spark session, embedded stack and stages."""

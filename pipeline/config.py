@@ -1,0 +1,238 @@
+"""The pipeline's one configuration: typed, validated, and shared by every command.
+
+Settings come from, in rising precedence: the defaults below, a TOML file (`--config`, `$PIPELINE_CONFIG`,
+or `./pipeline.toml` when present), environment variables `PIPELINE_<SECTION>__<KEY>`, and `--set
+section.key=value` flags. An unknown or invalid setting fails loudly with its dotted name.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+ENV_PREFIX = "PIPELINE_"
+DEFAULT_CONFIG_FILE = "pipeline.toml"
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, malformed or inconsistent; the message names it and how to fix it."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+
+class StackSettings(_Section):
+    """The embedded service stack that `pipeline stack up` runs on this machine."""
+
+    host: str = "127.0.0.1"
+    kafka_port: int = Field(9092, ge=1, le=65535)
+    kafka_controller_port: int = Field(9093, ge=1, le=65535)
+    kafka_partitions: int = Field(4, ge=1, description="default partitions of auto-created topics")
+    kafka_heap: str = "512m"
+    registry_port: int = Field(8080, ge=1, le=65535)
+    registry_management_port: int = Field(9000, ge=1, le=65535, description="Apicurio's health endpoints")
+    registry_storage: Literal["h2", "kafka"] = "h2"
+    registry_heap: str = "512m"
+    registry_java: Path | None = Field(None, description="a Java 21+ executable; found automatically when unset")
+    moto_port: int = Field(5000, ge=1, le=65535)
+    start_timeout_s: float = Field(120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> StackSettings:
+        ports = [self.kafka_port, self.kafka_controller_port, self.registry_port, self.registry_management_port,
+                 self.moto_port]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"stack ports must be distinct, got {ports}")
+        return self
+
+
+class KafkaSettings(_Section):
+    """Kafka clients. `properties` pass through verbatim (security.protocol, sasl.*, ssl.* …)."""
+
+    bootstrap_servers: str | None = Field(None, description="defaults to the embedded broker")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RegistrySettings(_Section):
+    url: str | None = Field(None, description="defaults to the embedded Apicurio")
+    username: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    timeout_s: float = Field(10.0, gt=0)
+    verify_tls: bool | str = True
+
+
+class AwsSettings(_Section):
+    """AWS clients. With `endpoint_url` empty, boto3 and Iceberg use the real AWS endpoints."""
+
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(None, description="defaults to the embedded moto server; '' for AWS")
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+
+    def boto3_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"region_name": self.region}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.access_key_id and self.secret_access_key:
+            kwargs["aws_access_key_id"] = self.access_key_id.get_secret_value()
+            kwargs["aws_secret_access_key"] = self.secret_access_key.get_secret_value()
+        return kwargs
+
+
+class CatalogSettings(_Section):
+    """The Iceberg catalog that Spark and pyiceberg share (same name, same paths)."""
+
+    name: str = Field("lake", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: Literal["jdbc", "glue", "rest"] = "jdbc"
+    uri: str | None = Field(None, description="jdbc: a sqlite file by default; rest: the server URL")
+    warehouse: str | None = Field(None, description="defaults to <home>/warehouse; s3://… for glue")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _needs(self) -> CatalogSettings:
+        if self.type == "rest" and not self.uri:
+            raise ValueError("catalog.type = 'rest' needs catalog.uri (the REST catalog's URL)")
+        if self.type == "glue" and self.warehouse and not self.warehouse.startswith("s3"):
+            raise ValueError("catalog.type = 'glue' needs an s3:// catalog.warehouse")
+        return self
+
+
+class SparkSettings(_Section):
+    master: str | None = Field("local[*]", description="empty keeps what spark-submit set")
+    app_name: str = "cdc-lakehouse"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = Field(4, ge=1)
+    ui: bool = False
+    connector_jars: Literal["local", "submit"] = Field(
+        "local", description="local: load the jars `pipeline setup` resolved; submit: spark-submit provides them"
+    )
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
+
+    @field_validator("master")
+    @classmethod
+    def _empty_is_unset(cls, master: str | None) -> str | None:
+        return master or None
+
+
+class LakeSettings(_Section):
+    delta_root: str | None = Field(None, description="defaults to <home>/delta")
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    home: Path = Field(Path(".pipeline"), description="data folder: service data, logs, catalog, warehouse")
+    jars: Path = Field(Path(".pipeline/jars"), description="where `pipeline setup` puts the JVM artifacts")
+    stack: StackSettings = StackSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    registry: RegistrySettings = RegistrySettings()
+    aws: AwsSettings = AwsSettings()
+    catalog: CatalogSettings = CatalogSettings()
+    spark: SparkSettings = SparkSettings()
+    lake: LakeSettings = LakeSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_defaults(cls, data: Any) -> Any:
+        """Point unset addresses at the embedded stack and make every path absolute."""
+        if not isinstance(data, dict):
+            return data
+        data = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
+        home = Path(data.get("home", ".pipeline")).expanduser().resolve()
+        data["home"] = home
+        data["jars"] = Path(data["jars"]).expanduser().resolve() if data.get("jars") else home / "jars"
+        try:
+            stack = StackSettings.model_validate(data.get("stack", {}))
+        except ValidationError:
+            return data  # field validation reports the stack setting by name
+        sections = ("kafka", "registry", "aws", "catalog", "lake")
+        kafka, registry, aws, catalog, lake = (data.setdefault(name, {}) for name in sections)
+        if not all(isinstance(section, dict) for section in (kafka, registry, aws, catalog, lake)):
+            return data  # let field validation name the section that is not a table
+        kafka.setdefault("bootstrap_servers", f"{stack.host}:{stack.kafka_port}")
+        registry.setdefault("url", f"http://{stack.host}:{stack.registry_port}")
+        if "endpoint_url" not in aws:
+            aws.update(endpoint_url=f"http://{stack.host}:{stack.moto_port}")
+            aws.setdefault("access_key_id", "test")
+            aws.setdefault("secret_access_key", "test")
+        if catalog.get("type", "jdbc") == "jdbc":
+            catalog.setdefault("uri", f"jdbc:sqlite:{home / 'catalog.db'}")
+            catalog.setdefault("warehouse", (home / "warehouse").as_uri())
+        elif catalog.get("type") == "glue" and not catalog.get("warehouse"):
+            raise ValueError("catalog.type = 'glue' needs catalog.warehouse (an s3:// location)")
+        lake.setdefault("delta_root", (home / "delta").as_uri())
+        return data
+
+    @property
+    def jars_dir(self) -> Path:
+        return self.jars
+
+    @property
+    def services_dir(self) -> Path:
+        return self.home / "services"
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> PipelineConfig:
+    """Merge file, environment and `section.key=value` overrides, then validate once."""
+    environ = os.environ if environ is None else environ
+    data: dict[str, Any] = {}
+    path = path or (Path(environ["PIPELINE_CONFIG"]) if environ.get("PIPELINE_CONFIG") else None)
+    if path is None and Path(DEFAULT_CONFIG_FILE).is_file():
+        path = Path(DEFAULT_CONFIG_FILE)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist; pass an existing file to --config") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX) and name != "PIPELINE_CONFIG":
+            _assign(data, name[len(ENV_PREFIX):].lower().split("__"), value, source=f"environment {name}")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r} must look like section.key=value")
+        _assign(data, key.strip().split("."), value, source=f"--set {key}")
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+# Settings that are maps of free-form keys: everything after the map's name is one key ("spark.conf.a.b").
+_MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties")}
+
+
+def _assign(data: dict[str, Any], keys: list[str], value: str, source: str) -> None:
+    if not all(keys):
+        raise ConfigError(f"{source}: empty setting name")
+    if tuple(keys[:2]) in _MAP_SETTINGS and len(keys) > 3:
+        keys = [*keys[:2], ".".join(keys[2:])]
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{source}: {key} is a value, not a section")
+    node[keys[-1]] = value
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "configuration"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown setting '{name}': check its spelling against the README's configuration reference")
+        else:
+            lines.append(f"invalid setting '{name}': {err['msg']}")
+    return "; ".join(lines)

@@ -1,0 +1,82 @@
+"""The lakehouse-ready Spark session: Iceberg and Delta side by side, Kafka and Avro connectors loaded.
+
+`local[*]` here; under spark-submit (EMR, EMR Serverless, Kubernetes) set `spark.master` empty and
+`spark.connector_jars = "submit"`, and the cluster's master and --packages take over unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from pipeline import jvm
+from pipeline.config import PipelineConfig
+from tables.catalog import spark_catalog_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger(__name__)
+
+SQL_EXTENSIONS = (
+    "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
+    "io.delta.sql.DeltaSparkSessionExtension"
+)
+
+
+def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
+    """Every Spark setting the pipeline needs, as plain strings (what spark-submit --conf would take)."""
+    conf = {
+        "spark.app.name": cfg.spark.app_name,
+        "spark.sql.extensions": SQL_EXTENSIONS,
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.defaultCatalog": cfg.catalog.name,
+        "spark.sql.warehouse.dir": str(cfg.home / "spark-warehouse"),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
+        "spark.ui.enabled": str(cfg.spark.ui).lower(),
+        "spark.ui.showConsoleProgress": "false",  # progress is logged per job, not drawn over the logs
+        "spark.driver.memory": cfg.spark.driver_memory,
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        # Small local tables: skip Delta's statistics collection fan-out and keep snapshots in few tasks.
+        "spark.databricks.delta.snapshotPartitions": "2",
+    }
+    if cfg.spark.master:
+        conf["spark.master"] = cfg.spark.master
+    if cfg.spark.connector_jars == "local":
+        conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
+    conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
+    conf.update(cfg.spark.conf)
+    return conf
+
+
+def get_spark(cfg: PipelineConfig) -> SparkSession:
+    """The process's one Spark session, started on first use."""
+    from pyspark.sql import SparkSession
+
+    _export_aws_credentials(cfg)
+    cfg.home.mkdir(parents=True, exist_ok=True)  # the JDBC catalog's sqlite file lives here
+    builder = SparkSession.builder
+    for key, value in spark_conf(cfg).items():
+        builder = builder.config(key, value)
+    started = time.perf_counter()
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    log.info("spark.session", master=spark.sparkContext.master, version=spark.version,
+             seconds=round(time.perf_counter() - started, 1))
+    return spark
+
+
+def _export_aws_credentials(cfg: PipelineConfig) -> None:
+    """Let the JVM's AWS SDK find configured credentials (it reads the environment the JVM starts with).
+
+    Without configured keys nothing is set and the SDK's default chain (instance role, profile) applies.
+    """
+    os.environ.setdefault("AWS_REGION", cfg.aws.region)
+    if cfg.aws.access_key_id and cfg.aws.secret_access_key:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", cfg.aws.access_key_id.get_secret_value())
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", cfg.aws.secret_access_key.get_secret_value())

@@ -1,0 +1,210 @@
+"""The three embedded services: what each runs, which ports it owns, and how its health is read."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import subprocess
+import sys
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from pipeline import jvm
+from pipeline.config import PipelineConfig
+from pipeline.stack.java import find_java
+from pipeline.stack.process import ManagedProcess
+
+
+@dataclass(frozen=True)
+class Port:
+    setting: str  # the configuration key that moves it, for error messages
+    number: int
+
+
+class Service(ABC):
+    name: str
+    depends_on: tuple[str, ...] = ()
+
+    def __init__(self, cfg: PipelineConfig) -> None:
+        self.cfg = cfg
+        self.host = cfg.stack.host
+        self.folder = cfg.services_dir / self.name
+        self.process = ManagedProcess(self.name, self.folder)
+
+    @property
+    @abstractmethod
+    def ports(self) -> list[Port]: ...
+
+    @property
+    @abstractmethod
+    def address(self) -> str: ...
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The command line; may prepare the data folder first (it is called right before start)."""
+
+    @abstractmethod
+    def healthy(self) -> bool: ...
+
+
+class Kafka(Service):
+    """A single-node KRaft broker+controller from the Maven-resolved kafka_2.13 jars."""
+
+    name = "kafka"
+
+    @property
+    def ports(self) -> list[Port]:
+        s = self.cfg.stack
+        return [Port("stack.kafka_port", s.kafka_port), Port("stack.kafka_controller_port", s.kafka_controller_port)]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.cfg.stack.kafka_port}"
+
+    def command(self) -> list[str]:
+        java = find_java(17, "Kafka 4")
+        classpath = str(jvm.KAFKA.resolve(self.cfg.jars_dir) / "*")
+        properties = self._write_config()
+        if not (self.folder / "data" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            subprocess.run(
+                [str(java), "-cp", classpath, "kafka.tools.StorageTool", "format",
+                 "-t", cluster_id, "-c", str(properties)],
+                check=True, capture_output=True, text=True,
+            )
+        return [
+            str(java), f"-Xmx{self.cfg.stack.kafka_heap}", f"-Xms{self.cfg.stack.kafka_heap}",
+            f"-Dlog4j2.configurationFile={self._write_log_config()}",
+            "-cp", classpath, "kafka.Kafka", str(properties),
+        ]
+
+    def healthy(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        quiet = logging.getLogger("pipeline.stack.kafka-probe")
+        quiet.setLevel(logging.CRITICAL)
+        admin = AdminClient({"bootstrap.servers": self.address, "logger": quiet})
+        try:
+            return bool(admin.list_topics(timeout=2).brokers)
+        except Exception:  # KafkaException: not up yet
+            return False
+
+    def _write_config(self) -> Path:
+        s = self.cfg.stack
+        controller = f"{self.host}:{s.kafka_controller_port}"
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{controller}",
+            "listeners": f"PLAINTEXT://{self.address},CONTROLLER://{controller}",
+            "advertised.listeners": f"PLAINTEXT://{self.address}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.folder / "data"),
+            "num.partitions": str(s.kafka_partitions),
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        path = self.folder / "server.properties"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        return path
+
+    def _write_log_config(self) -> Path:
+        path = self.folder / "log4j2.properties"
+        path.write_text(
+            "rootLogger.level = INFO\nrootLogger.appenderRef.stdout.ref = STDOUT\n"
+            "appender.stdout.type = Console\nappender.stdout.name = STDOUT\n"
+            "appender.stdout.layout.type = PatternLayout\n"
+            "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
+            "logger.kafka.name = kafka\nlogger.kafka.level = INFO\n"
+            "logger.state.name = state.change.logger\nlogger.state.level = WARN\n"
+        )
+        return path
+
+
+class Registry(Service):
+    """Apicurio Registry 3.x (Quarkus), H2-file or Kafka (kafkasql) storage."""
+
+    name = "registry"
+
+    @property
+    def depends_on(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("kafka",) if self.cfg.stack.registry_storage == "kafka" else ()
+
+    @property
+    def ports(self) -> list[Port]:
+        s = self.cfg.stack
+        return [Port("stack.registry_port", s.registry_port),
+                Port("stack.registry_management_port", s.registry_management_port)]
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.host}:{self.cfg.stack.registry_port}"
+
+    def command(self) -> list[str]:
+        s = self.cfg.stack
+        java = find_java(21, "Apicurio Registry 3.x", s.registry_java)
+        app = jvm.APICURIO.resolve(self.cfg.jars_dir) / "quarkus-run.jar"
+        if s.registry_storage == "kafka":
+            storage = ["-Dapicurio.storage.kind=kafkasql",
+                       f"-Dapicurio.kafkasql.bootstrap.servers={self.host}:{s.kafka_port}"]
+        else:
+            storage = ["-Dapicurio.storage.kind=sql", "-Dapicurio.storage.sql.kind=h2",
+                       f"-Dapicurio.datasource.url=jdbc:h2:file:{self.folder / 'h2' / 'registry'}"]
+        return [
+            str(java), f"-Xmx{s.registry_heap}",
+            f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={s.registry_port}",
+            f"-Dquarkus.management.host={self.host}", f"-Dquarkus.management.port={s.registry_management_port}",
+            *storage,
+            # Tests and demos clean up after themselves; Apicurio forbids deletes unless asked.
+            "-Dapicurio.rest.deletion.artifact.enabled=true",
+            "-Dapicurio.rest.deletion.artifact-version.enabled=true",
+            "-Dapicurio.rest.deletion.group.enabled=true",
+            "-jar", str(app),
+        ]
+
+    def healthy(self) -> bool:
+        try:
+            health = f"http://{self.host}:{self.cfg.stack.registry_management_port}/health/ready"
+            return requests.get(health, timeout=2).ok
+        except requests.RequestException:
+            return False
+
+
+class Moto(Service):
+    """moto server: the local AWS (S3, SQS with S3 event notifications, Glue, Kinesis, STS)."""
+
+    name = "moto"
+
+    @property
+    def ports(self) -> list[Port]:
+        return [Port("stack.moto_port", self.cfg.stack.moto_port)]
+
+    @property
+    def address(self) -> str:
+        return f"http://{self.host}:{self.cfg.stack.moto_port}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.cfg.stack.moto_port)]
+
+    def healthy(self) -> bool:
+        try:
+            return requests.get(f"{self.address}/moto-api/", timeout=2).ok
+        except requests.RequestException:
+            return False
+
+
+def all_services(cfg: PipelineConfig) -> list[Service]:
+    """In start order: a service comes after the ones it depends on."""
+    return [Kafka(cfg), Moto(cfg), Registry(cfg)]

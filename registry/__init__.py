@@ -1,0 +1,1 @@
+"""Schema-registry clients, wire formats and Avro encoding."""

@@ -1,0 +1,1 @@
+"""The DMS/Debezium CDC simulator and its ground-truth log."""

@@ -1,0 +1,1 @@
+"""Table formats (Iceberg, Delta) and catalogs."""

@@ -1,0 +1,73 @@
+"""Shared fixtures: one configuration, one service stack and one Spark session per test session.
+
+The test stack lives in `.pipeline/test` on its own ports, so it never touches a stack a developer runs
+for the demo. It is stopped at the end only if this session started it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+import pytest
+
+from pipeline.config import PipelineConfig, load_config
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipeline.stack import Stack
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_SETTINGS = [
+    f"home={REPO / '.pipeline' / 'test'}",
+    f"jars={REPO / '.pipeline' / 'jars'}",  # shared with `make setup`: resolved once per checkout
+    "stack.kafka_port=19092",
+    "stack.kafka_controller_port=19093",
+    "stack.registry_port=18081",
+    "stack.registry_management_port=19001",
+    "stack.moto_port=15001",
+    "spark.master=local[2]",
+    "spark.shuffle_partitions=2",
+    "spark.driver_memory=2g",
+]
+
+
+def make_config(*overrides: str) -> PipelineConfig:
+    """The test configuration plus `overrides`; the process environment is ignored for repeatability."""
+    return load_config(overrides=[*TEST_SETTINGS, *overrides], environ={})
+
+
+@pytest.fixture(scope="session")
+def cfg() -> PipelineConfig:
+    return make_config()
+
+
+@pytest.fixture(scope="session")
+def jars(cfg: PipelineConfig) -> Path:
+    from pipeline import jvm
+
+    jvm.resolve_all(cfg.jars_dir)
+    return cfg.jars_dir
+
+
+@pytest.fixture(scope="session")
+def stack(cfg: PipelineConfig, jars: Path) -> Iterator[Stack]:
+    from pipeline.stack import Stack
+
+    stack = Stack(cfg)
+    started = stack.up()
+    yield stack
+    for svc in stack.services:
+        if svc.name in started:
+            svc.process.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(cfg: PipelineConfig, jars: Path) -> Iterator[SparkSession]:
+    from pipeline.spark import get_spark
+
+    session = get_spark(cfg)
+    yield session
+    session.stop()
+

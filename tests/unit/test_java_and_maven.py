@@ -1,0 +1,44 @@
+from pathlib import Path
+
+import pytest
+
+from pipeline import jvm
+from pipeline.stack.java import JavaNotFound, find_java, java_major
+
+
+def _fake_java(tmp_path: Path, version: str) -> Path:
+    java = tmp_path / f"java{version}"
+    java.write_text(f'#!/bin/sh\necho \'openjdk version "{version}" 2025-01-01\' >&2\n')
+    java.chmod(0o755)
+    return java
+
+
+def test_java_major_parses_old_and_new_schemes(tmp_path: Path) -> None:
+    assert java_major(_fake_java(tmp_path, "17.0.15")) == 17
+    assert java_major(_fake_java(tmp_path, "1.8.0_392")) == 8
+
+
+def test_configured_java_too_old_is_named(tmp_path: Path) -> None:
+    old = _fake_java(tmp_path, "17.0.2")
+    with pytest.raises(JavaNotFound, match=r"Apicurio Registry 3.x needs Java 21\+, but .*java17.0.2 is Java 17"):
+        find_java(21, "Apicurio Registry 3.x", old)
+
+
+def test_no_suitable_java_lists_what_was_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pipeline.stack.java.candidates", lambda: [_fake_java(tmp_path, "11.0.1")])
+    with pytest.raises(JavaNotFound, match=r"needs Java 21\+; found .*\(Java 11\)"):
+        find_java(21, "Apicurio")
+
+
+def test_missing_maven_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pipeline.jvm.shutil.which", lambda _: None)
+    with pytest.raises(jvm.SetupError, match="Maven .*not on PATH"):
+        jvm.KAFKA.resolve(tmp_path)
+
+
+def test_resolution_is_skipped_when_the_stamp_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = jvm.KAFKA.folder(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / ".resolved").write_text(jvm.KAFKA._fingerprint())
+    monkeypatch.setattr("pipeline.jvm.subprocess.run", lambda *a, **k: pytest.fail("Maven must not run"))
+    assert jvm.KAFKA.resolve(tmp_path) == folder

@@ -1,0 +1,22 @@
+import json
+
+import structlog
+
+from pipeline import logs
+
+
+def test_secret_keys_and_url_credentials_are_masked() -> None:
+    assert logs.redact("hunter2", "sasl.password") == logs.REDACTED
+    assert logs.redact("abc", "aws_secret_access_key") == logs.REDACTED
+    assert logs.redact({"sasl.jaas.config": "x", "bootstrap.servers": "b:9092"}) == {
+        "sasl.jaas.config": logs.REDACTED, "bootstrap.servers": "b:9092"}
+    assert logs.redact("https://user:pa55@registry:8081/apis") == "https://***@registry:8081/apis"
+    assert logs.redact(5, "port") == 5
+
+
+def test_json_log_lines_are_structured_and_redacted(capsys) -> None:
+    logs.configure("INFO", "json")
+    structlog.get_logger("t").info("registry.connect", url="http://u:secret@r:1", token="tkn", subject="s")
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert line["event"] == "registry.connect" and line["subject"] == "s"
+    assert "secret" not in json.dumps(line) and line["token"] == logs.REDACTED

@@ -1,0 +1,90 @@
+from pathlib import Path
+
+import pytest
+
+from pipeline import jvm
+from pipeline.config import load_config
+from pipeline.spark import spark_conf
+from tables.catalog import pyiceberg_properties, sqlalchemy_url
+
+
+def _cfg(tmp_path: Path, *overrides: str):
+    return load_config(overrides=[f"home={tmp_path}", "spark.connector_jars=submit", *overrides], environ={})
+
+
+def test_iceberg_and_delta_share_one_session(tmp_path: Path) -> None:
+    conf = spark_conf(_cfg(tmp_path))
+    assert "IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
+    assert "DeltaSparkSessionExtension" in conf["spark.sql.extensions"]
+    assert conf["spark.sql.catalog.spark_catalog"].endswith("DeltaCatalog")
+    assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.master"] == "local[*]"
+    assert "spark.jars" not in conf  # spark-submit --packages provides them
+
+
+def test_jdbc_catalog_is_the_one_pyiceberg_opens(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path)
+    conf = spark_conf(cfg)
+    props = pyiceberg_properties(cfg.catalog, cfg.aws)
+    assert conf["spark.sql.catalog.lake.type"] == "jdbc"
+    assert conf["spark.sql.catalog.lake.jdbc.schema-version"] == "V1"
+    assert conf["spark.sql.catalog.lake.uri"] == f"jdbc:sqlite:{tmp_path / 'catalog.db'}"
+    assert props["type"] == "sql"
+    assert props["uri"] == f"sqlite:///{tmp_path / 'catalog.db'}"
+    assert props["warehouse"] == conf["spark.sql.catalog.lake.warehouse"] == (tmp_path / "warehouse").as_uri()
+
+
+def test_glue_catalog_on_s3(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "catalog.type=glue", "catalog.warehouse=s3://lake/warehouse")
+    conf = spark_conf(cfg)
+    assert conf["spark.sql.catalog.lake.type"] == "glue"
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.glue.endpoint"] == "http://127.0.0.1:5000"
+    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
+    props = pyiceberg_properties(cfg.catalog, cfg.aws)
+    assert (props["type"], props["glue.endpoint"], props["s3.endpoint"]) == ("glue", "http://127.0.0.1:5000", "http://127.0.0.1:5000")
+
+
+def test_glue_against_real_aws_sets_no_endpoints(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "catalog.type=glue", "catalog.warehouse=s3://lake/wh", "aws.endpoint_url=")
+    conf = spark_conf(cfg)
+    assert not any(key.endswith(("glue.endpoint", "s3.endpoint")) for key in conf)
+
+
+def test_rest_catalog(tmp_path: Path) -> None:
+    conf = spark_conf(_cfg(tmp_path, "catalog.type=rest", "catalog.uri=http://rest:8181"))
+    assert (conf["spark.sql.catalog.lake.type"], conf["spark.sql.catalog.lake.uri"]) == ("rest", "http://rest:8181")
+
+
+def test_user_conf_wins(tmp_path: Path) -> None:
+    conf = spark_conf(_cfg(tmp_path, "spark.conf.spark.sql.shuffle.partitions=64", "spark.master="))
+    assert conf["spark.sql.shuffle.partitions"] == "64"
+    assert "spark.master" not in conf
+
+
+def test_local_jars_missing_is_a_clear_error(tmp_path: Path) -> None:
+    cfg = load_config(overrides=[f"home={tmp_path}"], environ={})
+    with pytest.raises(jvm.SetupError, match="python -m pipeline setup"):
+        spark_conf(cfg)
+
+
+def test_sqlalchemy_url() -> None:
+    assert sqlalchemy_url("jdbc:sqlite:/a/b.db") == "sqlite:////a/b.db"
+    assert sqlalchemy_url("jdbc:postgresql://db:5432/cat") == "postgresql://db:5432/cat"
+    with pytest.raises(ValueError, match="not a JDBC URL"):
+        sqlalchemy_url("sqlite:///x")
+
+
+def test_packages_come_from_the_checked_in_pom() -> None:
+    packages = jvm.spark_packages()
+    assert "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0" in packages
+    assert "io.delta:delta-spark_4.1_2.13:4.4.0" in packages
+    assert all(p.count(":") == 2 and "${" not in p for p in packages)
+
+
+def test_spark_connectors_match_the_installed_pyspark() -> None:
+    import pyspark
+
+    packages = jvm.spark_packages()
+    assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}" in packages
+    assert f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}" in packages
