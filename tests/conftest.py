@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import os
+import socket
+
 import pytest
 
 from pipeline.config import PipelineConfig, load_config
@@ -19,18 +22,27 @@ if TYPE_CHECKING:
     from pipeline.stack import Stack
 
 REPO = Path(__file__).resolve().parent.parent
+# Two checkouts can test side by side on one machine with different offsets (PIPELINE_TEST_PORT_OFFSET=100).
+PORT_OFFSET = int(os.environ.get("PIPELINE_TEST_PORT_OFFSET", "0"))
 TEST_SETTINGS = [
     f"home={REPO / '.pipeline' / 'test'}",
     f"jars={REPO / '.pipeline' / 'jars'}",  # shared with `make setup`: resolved once per checkout
-    "stack.kafka_port=19092",
-    "stack.kafka_controller_port=19093",
-    "stack.registry_port=18081",
-    "stack.registry_management_port=19001",
-    "stack.moto_port=15001",
+    f"stack.kafka_port={19092 + PORT_OFFSET}",
+    f"stack.kafka_controller_port={19093 + PORT_OFFSET}",
+    f"stack.registry_port={18081 + PORT_OFFSET}",
+    f"stack.registry_management_port={19001 + PORT_OFFSET}",
+    f"stack.moto_port={15001 + PORT_OFFSET}",
     "spark.master=local[2]",
     "spark.shuffle_partitions=2",
     "spark.driver_memory=2g",
 ]
+
+
+def free_port() -> int:
+    """A port nothing listens on right now, for a throw-away service in one test."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def make_config(*overrides: str) -> PipelineConfig:

@@ -49,8 +49,20 @@ class Stack:
         self._outside = [svc for svc in everything if svc not in self.services]
 
     def up(self) -> list[str]:
-        """Start what is not running and wait until all are healthy; return the names started now."""
-        started: list[str] = []
+        """Start what is not running and wait until all are healthy; return the names started now.
+
+        All or nothing: when a service fails, the ones this call started are stopped again.
+        """
+        started: list[Service] = []
+        try:
+            self._start_in_order(started)
+        except BaseException:
+            for svc in reversed(started):
+                svc.process.stop()
+            raise
+        return [svc.name for svc in started]
+
+    def _start_in_order(self, started: list[Service]) -> None:
         healthy = {svc.name for svc in self._outside if svc.healthy()}
         pending = list(self.services)
         deadline = time.monotonic() + self.cfg.stack.start_timeout_s
@@ -64,12 +76,11 @@ class Stack:
             for svc in ready:
                 if svc.process.pid() is None:
                     self._start(svc)
-                    started.append(svc.name)
+                    started.append(svc)
             for svc in ready:
-                self._wait_healthy(svc, deadline, started_now=svc.name in started)
+                self._wait_healthy(svc, deadline, started_now=svc in started)
                 healthy.add(svc.name)
                 pending.remove(svc)
-        return started
 
     def down(self) -> list[str]:
         """Stop our services in reverse start order; return the names stopped."""

@@ -15,7 +15,7 @@ from pipeline import kafka, smoke
 from pipeline.config import PipelineConfig
 from pipeline.stack import Stack
 from registry.ccompat import ConfluentCompatClient, RegistryError
-from tests.conftest import make_config
+from tests.conftest import free_port, make_config
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +65,8 @@ def test_registry_errors_name_the_id_and_address(stack: Stack, cfg: PipelineConf
 
 
 def test_registry_with_kafka_storage_survives_a_restart(tmp_path: Path, stack: Stack) -> None:
-    cfg = make_config(f"home={tmp_path}", "stack.registry_storage=kafka", "stack.registry_port=18082",
-                      "stack.registry_management_port=19002")
+    cfg = make_config(f"home={tmp_path}", "stack.registry_storage=kafka",
+                      f"stack.registry_port={free_port()}", f"stack.registry_management_port={free_port()}")
     registry = Stack(cfg, only=["registry"])
     subject = f"durable-{uuid.uuid4().hex[:8]}-value"
     try:

@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 
 from pipeline.stack import Stack, StackError
-from tests.conftest import REPO, TEST_SETTINGS, make_config
+from tests.conftest import REPO, TEST_SETTINGS, free_port, make_config
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_up_twice_is_harmless(stack: Stack) -> None:
@@ -39,7 +33,7 @@ def test_status_command_lists_every_service(stack: Stack) -> None:
 
 
 def test_port_in_use_names_the_service_and_the_setting(tmp_path: Path, stack: Stack) -> None:
-    port = _free_port()
+    port = free_port()
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
@@ -49,7 +43,7 @@ def test_port_in_use_names_the_service_and_the_setting(tmp_path: Path, stack: St
 
 
 def test_down_stops_only_what_its_stack_started(tmp_path: Path, stack: Stack) -> None:
-    other = Stack(make_config(f"home={tmp_path}", f"stack.moto_port={_free_port()}"), only=["moto"])
+    other = Stack(make_config(f"home={tmp_path}", f"stack.moto_port={free_port()}"), only=["moto"])
     assert other.up() == ["moto"]
     assert other.status()[0].state == "healthy"
     assert other.down() == ["moto"]
@@ -63,14 +57,27 @@ def test_a_service_that_dies_at_start_points_at_its_log(tmp_path: Path, stack: S
     java.write_text('#!/bin/sh\nif [ "$1" = "-version" ]; then echo \'openjdk version "21.0.1"\' >&2; exit 0; fi\n'
                     'echo "boom: no registry today"; exit 3\n')
     java.chmod(0o755)
-    cfg = make_config(f"home={tmp_path}", f"stack.registry_port={_free_port()}",
-                      f"stack.registry_management_port={_free_port()}", f"stack.registry_java={java}")
+    cfg = make_config(f"home={tmp_path}", f"stack.registry_port={free_port()}",
+                      f"stack.registry_management_port={free_port()}", f"stack.registry_java={java}")
     with pytest.raises(StackError, match=r"(?s)registry \(http://127.0.0.1:\d+\) exited during start-up; see .*registry\.log.*boom"):
         Stack(cfg, only=["registry"]).up()
 
 
 def test_a_missing_dependency_is_named(tmp_path: Path, stack: Stack) -> None:
-    cfg = make_config(f"home={tmp_path}", "stack.registry_storage=kafka", f"stack.kafka_port={_free_port()}",
-                      f"stack.registry_port={_free_port()}")
+    cfg = make_config(f"home={tmp_path}", "stack.registry_storage=kafka", f"stack.kafka_port={free_port()}",
+                      f"stack.registry_port={free_port()}")
     with pytest.raises(StackError, match=r"registry needs kafka at 127\.0\.0\.1:\d+, which is not running"):
         Stack(cfg, only=["registry"]).up()
+
+
+def test_a_failed_up_stops_what_it_started(tmp_path: Path, stack: Stack) -> None:
+    """All or nothing: moto starts, the registry then fails, and moto is stopped again."""
+    java = tmp_path / "java"
+    java.write_text('#!/bin/sh\nif [ "$1" = "-version" ]; then echo \'openjdk version "21.0.1"\' >&2; exit 0; fi\nexit 3\n')
+    java.chmod(0o755)
+    cfg = make_config(f"home={tmp_path}", f"stack.moto_port={free_port()}", f"stack.registry_port={free_port()}",
+                      f"stack.registry_management_port={free_port()}", f"stack.registry_java={java}")
+    partial = Stack(cfg, only=["moto", "registry"])
+    with pytest.raises(StackError, match="registry"):
+        partial.up()
+    assert [s.state for s in partial.status()] == ["stopped", "stopped"]
