@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from pipeline.stack import Stack
 
 REPO = Path(__file__).resolve().parent.parent
-# Two checkouts can test side by side on one machine with different offsets (PIPELINE_TEST_PORT_OFFSET=100).
-PORT_OFFSET = int(os.environ.get("PIPELINE_TEST_PORT_OFFSET", "0"))
+# Two checkouts can test side by side on one machine with different offsets (PYTEST_PORT_OFFSET=100).
+PORT_OFFSET = int(os.environ.get("PYTEST_PORT_OFFSET", "0"))
 TEST_SETTINGS = [
     f"home={REPO / '.pipeline' / 'test'}",
     f"jars={REPO / '.pipeline' / 'jars'}",  # shared with `make setup`: resolved once per checkout
