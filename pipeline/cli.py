@@ -48,6 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", type=int, default=1000)
     demo.set_defaults(handler=cmd_demo)
 
+    simulate = commands.add_parser("simulate", help="the CDC simulator: DMS/Debezium events with a ground-truth log")
+    simulate.add_argument("--format", default="debezium", choices=["debezium", "debezium-unwrapped", "dms", "dms-json"])
+    simulate.add_argument("--tables", default="all", choices=["moma", "employees", "all"])
+    simulate.add_argument("--events", type=int, default=10_000, help="change events to emit, snapshot included")
+    simulate.add_argument("--duration", type=float, help="stop after this many seconds")
+    simulate.add_argument("--rate", type=float, help="events per second at most")
+    simulate.add_argument("--seed", type=int, default=7)
+    simulate.add_argument("--duplicates", type=float, default=0.0, help="probability a message is sent twice")
+    simulate.add_argument("--reorder", type=float, default=0.0, help="probability a message arrives late")
+    simulate.add_argument("--poison", type=float, default=0.0, help="probability of an undecodable message next to a real one")
+    simulate.add_argument("--evolve-at", type=int, help="after this many events every table gains a nullable column")
+    simulate.add_argument("--snapshot-rows", type=int, default=100, help="rows per table in the initial snapshot")
+    simulate.add_argument("--tombstones", action="store_true", help="Debezium envelope: a null message after each delete")
+    simulate.add_argument("--topic-prefix", help="replaces the server name in <server>.<schema>.<table>")
+    simulate.add_argument("--partitions", type=int, default=4, help="partitions of topics the simulator creates")
+    simulate.add_argument("--to", default="kafka", choices=["kafka"], help="the transport")
+    simulate.add_argument("--truth", type=Path, help="ground-truth SQLite file (default: <home>/truth/<run>.db)")
+    simulate.set_defaults(handler=cmd_simulate)
+
     config = commands.add_parser("config", help="print the effective configuration (secrets masked)")
     config.set_defaults(handler=cmd_config)
     return parser
@@ -131,6 +150,27 @@ def cmd_demo(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     ok = report.iceberg_rows == report.delta_rows == report.pyiceberg_rows == expected
     print("demo: OK" if ok else "demo: row counts differ", file=sys.stderr)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from registry.factory import serde_from_settings
+    from simulators.simulation import Simulation, SimulationOptions
+    from simulators.transport import KafkaTransport
+    from simulators.truth import TruthStore
+
+    options = SimulationOptions(
+        format=args.format, tables=args.tables, events=args.events, duration_s=args.duration, rate=args.rate,
+        seed=args.seed, duplicates=args.duplicates, reorder=args.reorder, poison=args.poison,
+        evolve_at=args.evolve_at, snapshot_rows=args.snapshot_rows, tombstones=args.tombstones,
+        topic_prefix=args.topic_prefix,
+    )
+    truth = TruthStore(args.truth or cfg.home / "truth" / f"{args.topic_prefix or 'default'}-{args.format}.db")
+    serde = serde_from_settings(cfg.registry, cfg.aws)
+    transport = KafkaTransport(cfg.kafka, partitions=args.partitions)
+    summary = Simulation(options, transport, truth, serde).run(progress=True)
+    print("\n".join(summary.lines()))
+    print(f"ground truth: {truth.path} ({truth.count()} changes)")
+    return EXIT_OK
 
 
 def cmd_config(cfg: PipelineConfig, args: argparse.Namespace) -> int:

@@ -59,12 +59,45 @@ class KafkaSettings(_Section):
 
 
 class RegistrySettings(_Section):
+    """The schema registry: which backend, how messages are framed, how subjects are named."""
+
+    backend: Literal["ccompat", "apicurio", "glue"] = "ccompat"
     url: str | None = Field(None, description="defaults to the embedded Apicurio")
+    ccompat_path: str = Field("/apis/ccompat/v7", description="appended to url for ccompat; '' for Confluent SR")
+    wire_format: Literal["confluent", "apicurio-legacy", "glue"] = "confluent"
+    subject_strategy: Literal["topic", "record", "topic-record"] = "topic"
+    compatibility: Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
+                           "FULL_TRANSITIVE", "NONE"] | None = "BACKWARD"
+    group: str = Field("default", description="Apicurio artifact group (ccompat subjects live in 'default')")
+    glue_registry: str = "pipeline"
+    glue_compression: bool = False
     username: str | None = None
     password: SecretStr | None = None
     token: SecretStr | None = None
     timeout_s: float = Field(10.0, gt=0)
     verify_tls: bool | str = True
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+    @model_validator(mode="after")
+    def _backend_matches_wire(self) -> RegistrySettings:
+        if (self.backend == "glue") != (self.wire_format == "glue"):
+            raise ValueError("registry.backend = 'glue' and registry.wire_format = 'glue' go together: Glue names "
+                             "schema versions by UUID, which only the Glue header carries")
+        if self.wire_format == "apicurio-legacy" and self.backend != "apicurio":
+            raise ValueError("registry.wire_format = 'apicurio-legacy' carries global ids: use registry.backend = 'apicurio'")
+        if self.glue_compression and self.wire_format != "glue":
+            raise ValueError("registry.glue_compression needs registry.wire_format = 'glue'")
+        if self.client_key and not self.client_cert:
+            raise ValueError("registry.client_key needs registry.client_cert")
+        return self
+
+    @property
+    def client_certificate(self) -> str | tuple[str, str] | None:
+        """What requests takes as `cert`: one PEM, or (cert, key)."""
+        if self.client_cert is None:
+            return None
+        return (str(self.client_cert), str(self.client_key)) if self.client_key else str(self.client_cert)
 
 
 class AwsSettings(_Section):

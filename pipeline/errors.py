@@ -1,9 +1,13 @@
 """The failures the CLI reports as one clear line instead of a traceback."""
 
 from pipeline.jvm import SetupError
+from pipeline.smoke import SmokeError
 from pipeline.stack import StackError
 from pipeline.stack.java import JavaNotFound
-from pipeline.smoke import SmokeError
-from registry.ccompat import RegistryError
+from registry.backend import RegistryError
+from simulators.simulation import SimulationError
+from simulators.transport import TransportError
 
-KNOWN_ERRORS: tuple[type[Exception], ...] = (SetupError, StackError, JavaNotFound, RegistryError, SmokeError)
+KNOWN_ERRORS: tuple[type[Exception], ...] = (
+    SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
+)

@@ -1,94 +1,99 @@
 """A client for the Confluent-compatible schema registry REST API.
 
-Speaks to Confluent Schema Registry, Apicurio (`/apis/ccompat/v7`), Karapace and Redpanda alike: pooled
-connections, timeouts, retries with backoff on 5xx and connection errors (never on 4xx), basic or bearer
-auth, and an id -> schema cache so a hot path asks the registry once per id.
+Speaks to Confluent Schema Registry, Apicurio (`/apis/ccompat/v7`), Karapace and Redpanda alike, through the
+shared pooled, retrying, authenticated session (`registry.http`), with an id -> schema cache so a hot path
+asks the registry once per id.
 """
 
 from __future__ import annotations
 
-import json
-import threading
+from dataclasses import dataclass
 from typing import Any
 
 import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from pipeline.config import RegistrySettings
+from registry.backend import DEFAULT_COMPATIBILITY, RegistryError, SchemaCache, schema_text
+from registry.http import RestClient, registry_session
+
+__all__ = ["APICURIO_CCOMPAT_PATH", "ConfluentCompatClient", "RegisteredSchema", "RegistryError"]
 
 APICURIO_CCOMPAT_PATH = "/apis/ccompat/v7"
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
 
-class RegistryError(RuntimeError):
-    """The registry refused a request or could not be reached; names the subject or id and the address."""
+@dataclass(frozen=True)
+class RegisteredSchema:
+    id: int
+    version: int
+    schema: str
 
 
 class ConfluentCompatClient:
-    def __init__(self, base_url: str, session: requests.Session, timeout_s: float = 10.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._session = session
-        self._timeout = timeout_s
-        self._by_id: dict[int, str] = {}
-        self._lock = threading.Lock()
+    def __init__(self, base_url: str, session: requests.Session, timeout_s: float = 10.0,
+                 compatibility: str | None = DEFAULT_COMPATIBILITY) -> None:
+        """`compatibility` is set on subjects this client creates; None leaves the registry's default."""
+        self._rest = RestClient(base_url, session, timeout_s, _CONTENT_TYPE)
+        self.address = self._rest.base_url
+        self._compatibility = compatibility
+        self._by_id = SchemaCache()
+        self._known_subjects: set[str] = set()
 
     @classmethod
-    def from_settings(cls, settings: RegistrySettings) -> ConfluentCompatClient:
-        """The embedded Apicurio's ccompat API when the URL is a bare Apicurio root."""
+    def from_settings(cls, settings: RegistrySettings, compatibility: str | None = None) -> ConfluentCompatClient:
+        """`registry.url` plus `registry.ccompat_path` (Apicurio's `/apis/ccompat/v7`; empty for a Confluent
+        Schema Registry root), unless the URL already names an API path; `compatibility` overrides the setting."""
         url = (settings.url or "").rstrip("/")
         if "/apis/" not in url:
-            url += APICURIO_CCOMPAT_PATH
-        return cls(url, registry_session(settings), settings.timeout_s)
+            url += settings.ccompat_path
+        return cls(url, registry_session(settings), settings.timeout_s, compatibility or settings.compatibility)
 
     def register(self, subject: str, schema: dict[str, Any] | str, schema_type: str = "AVRO") -> int:
-        """Register (or find) `schema` under `subject`; returns its id."""
-        text = schema if isinstance(schema, str) else json.dumps(schema)
+        """Register (or find) `schema` under `subject`; returns its id.
+
+        A subject this call creates gets the client's compatibility level first, so the registry checks every
+        later version against it; an existing subject keeps the level its owner chose.
+        """
+        text = schema_text(schema)
+        if self._compatibility and subject not in self._known_subjects and not self._exists(subject):
+            self.set_compatibility(subject, self._compatibility)
         body: dict[str, Any] = {"schema": text}
         if schema_type != "AVRO":
             body["schemaType"] = schema_type
         schema_id = int(self._call("POST", f"/subjects/{subject}/versions", f"subject {subject!r}", json=body)["id"])
-        with self._lock:
-            self._by_id[schema_id] = text
+        self._known_subjects.add(subject)
+        self._by_id.put(schema_id, text)
         return schema_id
+
+    def set_compatibility(self, subject: str, level: str) -> None:
+        """BACKWARD, FORWARD, FULL (each also _TRANSITIVE) or NONE; allowed before the subject exists."""
+        self._call("PUT", f"/config/{subject}", f"subject {subject!r}", json={"compatibility": level})
+
+    def compatibility(self, subject: str) -> str:
+        return str(self._call("GET", f"/config/{subject}", f"subject {subject!r}")["compatibilityLevel"])
+
+    def latest(self, subject: str) -> RegisteredSchema:
+        found = self._call("GET", f"/subjects/{subject}/versions/latest", f"subject {subject!r}")
+        latest = RegisteredSchema(int(found["id"]), int(found["version"]), found["schema"])
+        self._by_id.put(latest.id, latest.schema)
+        return latest
 
     def schema(self, schema_id: int) -> str:
         """The schema text for an id, from the cache after the first call."""
-        with self._lock:
-            cached = self._by_id.get(schema_id)
-        if cached is not None:
-            return cached
-        text = self._call("GET", f"/schemas/ids/{schema_id}", f"schema id {schema_id}")["schema"]
-        with self._lock:
-            self._by_id[schema_id] = text
-        return text
+        return self._by_id.get(schema_id, lambda: self._call("GET", f"/schemas/ids/{schema_id}",
+                                                              f"schema id {schema_id}")["schema"])
 
     def subjects(self) -> list[str]:
         return list(self._call("GET", "/subjects", "subjects"))
 
-    def _call(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
-        url = self.base_url + path
+    def _exists(self, subject: str) -> bool:
         try:
-            response = self._session.request(method, url, timeout=self._timeout,
-                                             headers={"Content-Type": _CONTENT_TYPE}, **kwargs)
-        except requests.RequestException as exc:
-            raise RegistryError(f"schema registry at {self.base_url} is unreachable ({what}): {exc}") from None
-        if not response.ok:
-            raise RegistryError(f"schema registry at {self.base_url} refused {what}: "
-                                f"HTTP {response.status_code} {response.text[:300]}")
-        return response.json()
+            self._call("GET", f"/subjects/{subject}/versions", f"subject {subject!r}")
+        except RegistryError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
 
-
-def registry_session(settings: RegistrySettings) -> requests.Session:
-    session = requests.Session()
-    retry = Retry(total=5, connect=5, read=3, backoff_factor=0.3, status_forcelist=(500, 502, 503, 504),
-                  allowed_methods=None)  # registering a schema is idempotent, so POST may be retried too
-    adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=16)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    session.verify = settings.verify_tls
-    if settings.token:
-        session.headers["Authorization"] = f"Bearer {settings.token.get_secret_value()}"
-    elif settings.username and settings.password:
-        session.auth = (settings.username, settings.password.get_secret_value())
-    return session
+    def _call(self, method: str, path: str, what: str, **kwargs: Any) -> Any:
+        return self._rest.call(method, path, what, **kwargs).json()

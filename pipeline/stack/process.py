@@ -50,6 +50,7 @@ class ManagedProcess:
                 cmd, cwd=self.folder, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
+        _wait_for_exec(proc, cmd)
         self.pid_file.write_text(json.dumps({"pid": proc.pid, "cmd": cmd}))
         return proc.pid
 
@@ -105,6 +106,14 @@ def _running_with_cmdline(pid: int, cmd: list[str]) -> bool:
         return proc_cmdline.read_bytes().rstrip(b"\0").split(b"\0") == [c.encode() for c in cmd]
     except FileNotFoundError:
         return False
+
+
+def _wait_for_exec(proc: subprocess.Popen, cmd: list[str], timeout_s: float = 5.0) -> None:
+    """Between fork and exec the child still shows the parent's command line; wait until it shows its own,
+    so the PID file's identity check never mistakes a starting service for a stranger."""
+    deadline = time.monotonic() + timeout_s
+    while proc.poll() is None and not _running_with_cmdline(proc.pid, cmd) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -1,0 +1,90 @@
+"""The ground truth: every change the source committed, in commit order, in a local SQLite file.
+
+It records what the source did, not what was delivered, so a change lost or duplicated downstream shows up
+when the lakehouse is compared with it. It answers "table T as of source time t" and "the history of key K".
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from simulators.source import Change
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS changes (
+    commit_order INTEGER PRIMARY KEY AUTOINCREMENT,
+    table_name   TEXT    NOT NULL,   -- <database>.<schema>.<table>
+    row_key      INTEGER NOT NULL,
+    op           TEXT    NOT NULL,   -- r, c, u, d
+    row_image    TEXT    NOT NULL,   -- JSON: the after-image; for a delete, the last image
+    commit_us    INTEGER NOT NULL,   -- source commit time, microseconds since the epoch
+    tx_id        INTEGER NOT NULL,
+    tx_position  INTEGER NOT NULL,   -- 1-based position of the change in its transaction
+    lsn          INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS changes_by_key ON changes (table_name, row_key, commit_order);
+"""
+
+
+@dataclass(frozen=True)
+class TruthChange:
+    table: str
+    key: int
+    op: str
+    row: dict[str, Any]
+    commit_us: int
+    tx_id: int
+    tx_position: int
+    lsn: int
+
+
+class TruthStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path)
+        self._db.executescript(_SCHEMA)
+
+    def record(self, changes: Iterable[Change]) -> None:
+        """Append committed changes in commit order, in one SQLite transaction."""
+        with self._db:
+            self._db.executemany(
+                "INSERT INTO changes (table_name, row_key, op, row_image, commit_us, tx_id, tx_position, lsn) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                [(c.table.qualified, c.key, c.op, json.dumps(c.image), c.commit_us, c.tx_id, c.tx_position, c.lsn)
+                 for c in changes],
+            )
+
+    def state_at(self, table: str, commit_us: int | None = None) -> dict[int, dict[str, Any]]:
+        """The rows `table` held at source time `commit_us` (now, when None): key -> row."""
+        limit = "" if commit_us is None else "AND commit_us <= :t"
+        rows = self._db.execute(
+            f"""SELECT row_key, op, row_image FROM changes
+                WHERE commit_order IN (SELECT max(commit_order) FROM changes
+                                       WHERE table_name = :table {limit} GROUP BY row_key)""",
+            {"table": table, "t": commit_us},
+        )
+        return {key: json.loads(image) for key, op, image in rows if op != "d"}
+
+    def history(self, table: str, key: int) -> list[TruthChange]:
+        """Every committed change of one key, oldest first."""
+        rows = self._db.execute(
+            "SELECT op, row_image, commit_us, tx_id, tx_position, lsn FROM changes "
+            "WHERE table_name = ? AND row_key = ? ORDER BY commit_order", (table, key))
+        return [TruthChange(table, key, *row[:1], json.loads(row[1]), *row[2:]) for row in rows]
+
+    def changes(self) -> list[TruthChange]:
+        """Every change, in commit order (for verification of small runs)."""
+        rows = self._db.execute("SELECT table_name, row_key, op, row_image, commit_us, tx_id, tx_position, lsn "
+                                "FROM changes ORDER BY commit_order")
+        return [TruthChange(t, k, op, json.loads(image), *rest) for t, k, op, image, *rest in rows]
+
+    def count(self) -> int:
+        return self._db.execute("SELECT count(*) FROM changes").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
