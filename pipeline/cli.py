@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--truth", type=Path, help="ground-truth SQLite file (default: <home>/truth/<run>.db)")
     simulate.set_defaults(handler=cmd_simulate)
 
+    changelog = commands.add_parser("changelog", help="stream CDC events from Kafka into Iceberg changelog tables")
+    changelog.add_argument("--until-caught-up", action="store_true", help="drain the topics, then exit 0")
+    changelog.add_argument("--topics", help="comma-separated topics (overrides changelog.topics)")
+    changelog.add_argument("--topic-pattern", help="a regex of topics (overrides changelog.topic_pattern)")
+    changelog.set_defaults(handler=cmd_changelog)
+
     config = commands.add_parser("config", help="print the effective configuration (secrets masked)")
     config.set_defaults(handler=cmd_config)
     return parser
@@ -170,6 +176,17 @@ def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     summary = Simulation(options, transport, truth, serde).run(progress=True)
     print("\n".join(summary.lines()))
     print(f"ground truth: {truth.path} ({truth.count()} changes)")
+    return EXIT_OK
+
+
+def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.changelog import ChangelogStage
+    from pipeline.spark import get_spark
+
+    if args.topics or args.topic_pattern:
+        subscription = {"topics": [t for t in (args.topics or "").split(",") if t], "topic_pattern": args.topic_pattern}
+        cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update=subscription)})
+    ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK
 
 

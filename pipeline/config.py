@@ -153,6 +153,31 @@ class SparkSettings(_Section):
         return master or None
 
 
+class ChangelogSettings(_Section):
+    """The changelog stage: which topics, how fast, and where its tables and checkpoint live."""
+
+    topics: list[str] = Field(default_factory=list, description="topics to read (or topic_pattern)")
+    topic_pattern: str | None = Field(None, description="a Java regex of topics, e.g. 'moma\\..*'")
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    trigger_interval: str = "10 seconds"
+    checkpoint: Path | None = Field(None, description="defaults to <home>/checkpoints/changelog")
+    namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    dead_letter_table: str = Field("dead_letters", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    max_restarts: int = Field(3, ge=0, description="restarts from the checkpoint after a failure, with backoff")
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _comma_separated(cls, topics: Any) -> Any:
+        return [t.strip() for t in topics.split(",") if t.strip()] if isinstance(topics, str) else topics
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> ChangelogSettings:
+        if self.topics and self.topic_pattern:
+            raise ValueError("set changelog.topics or changelog.topic_pattern, not both")
+        return self
+
+
 class LakeSettings(_Section):
     delta_root: str | None = Field(None, description="defaults to <home>/delta")
 
@@ -169,6 +194,7 @@ class PipelineConfig(BaseModel):
     catalog: CatalogSettings = CatalogSettings()
     spark: SparkSettings = SparkSettings()
     lake: LakeSettings = LakeSettings()
+    changelog: ChangelogSettings = ChangelogSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -200,6 +226,9 @@ class PipelineConfig(BaseModel):
         elif catalog.get("type") == "glue" and not catalog.get("warehouse"):
             raise ValueError("catalog.type = 'glue' needs catalog.warehouse (an s3:// location)")
         lake.setdefault("delta_root", (home / "delta").as_uri())
+        changelog = data.setdefault("changelog", {})
+        if isinstance(changelog, dict):
+            changelog.setdefault("checkpoint", home / "checkpoints" / "changelog")
         return data
 
     @property

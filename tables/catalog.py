@@ -19,7 +19,13 @@ JDBC_SCHEMA_VERSION = "V1"  # the JDBC catalog layout pyiceberg's SqlCatalog rea
 def spark_catalog_conf(catalog: CatalogSettings, aws: AwsSettings) -> dict[str, str]:
     """`spark.sql.catalog.<name>.*` settings for Iceberg's SparkCatalog."""
     prefix = f"spark.sql.catalog.{catalog.name}"
-    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.type": catalog.type}
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": catalog.type,
+        # Streaming batches run in a cloned session with a catalog of its own; a cached table in one session
+        # would not see the other's commits (nor another process's), so every read loads current metadata.
+        f"{prefix}.cache-enabled": "false",
+    }
     if catalog.uri:
         conf[f"{prefix}.uri"] = catalog.uri
     if catalog.warehouse:
