@@ -14,7 +14,10 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import signal
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -58,7 +61,7 @@ class ChangelogStage:
         self.spark = spark
         self.registry = ConfluentCompatClient.from_settings(cfg.registry)
         self.namespace = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
-        self.reports: list[BatchReport] = []
+        self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
 
     # -- the streaming query -------------------------------------------------------------------------
@@ -81,19 +84,22 @@ class ChangelogStage:
         return writer.start()
 
     def run(self, until_caught_up: bool = False) -> None:
-        """Run the query; when it fails, restart it from the checkpoint with backoff, up to
-        `changelog.max_restarts` times in a row (a restart replays the unfinished batch, which is idempotent).
+        """Run the query, logging one progress line per batch; SIGTERM lets the running batch finish.
 
-        One failure is expected after a crash: Spark 4.1's Kafka source throws a NullPointerException while
-        reporting lag for a batch replayed from the offset log, after that batch has committed.
+        When the query fails it restarts from the checkpoint with backoff, up to `changelog.max_restarts` times
+        in a row (a restart replays the unfinished batch, which is idempotent). One failure is expected after a
+        crash: Spark 4.1's Kafka source throws a NullPointerException while reporting lag for a batch replayed
+        from the offset log, after that batch has committed.
         """
         from pyspark.errors import StreamingQueryException
 
+        stopping = threading.Event()
+        self._on_sigterm(stopping)
         restarts = 0
         while True:
             query = self.start(until_caught_up)
             try:
-                query.awaitTermination()
+                self._watch(query, stopping)
                 return
             except StreamingQueryException as exc:
                 if restarts >= self.cfg.changelog.max_restarts:
@@ -103,12 +109,44 @@ class ChangelogStage:
                 log.warning("changelog.restart", attempt=restarts, seconds=delay, error=str(exc).splitlines()[0][:300])
                 time.sleep(delay)
 
+    def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
+        logged = -1
+        while not query.awaitTermination(1.0):
+            logged = self._log_progress(query, logged)
+            if stopping.is_set():
+                while query.status["isTriggerActive"]:  # the running batch finishes first
+                    time.sleep(0.2)
+                query.stop()
+                log.info("changelog.stopped", reason="SIGTERM", last_batch=logged)
+                return
+        self._log_progress(query, logged)
+
+    def _log_progress(self, query: StreamingQuery, logged: int) -> int:
+        """One line per finished batch: rows in, rows per table, dead letters, rows/s and consumer lag."""
+        reports = {report.batch_id: report for report in self.reports}
+        for progress in query.recentProgress:
+            batch_id = progress["batchId"]
+            if batch_id <= logged or batch_id not in reports:
+                continue
+            report = reports[batch_id]
+            lag = max((int(source.get("metrics", {}).get("maxOffsetsBehindLatest") or 0)
+                       for source in progress["sources"]), default=0)
+            log.info("changelog.batch", batch=batch_id, rows_in=report.rows_in, tables=report.tables,
+                     dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
+                     rows_per_s=round(progress.get("processedRowsPerSecond") or 0), lag=lag)
+            logged = batch_id
+        return logged
+
+    @staticmethod
+    def _on_sigterm(stopping: threading.Event) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+
     # -- one micro-batch -----------------------------------------------------------------------------
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
-        started = time.perf_counter()
         report = BatchReport(batch_id)
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp").persist()
         try:
@@ -133,10 +171,6 @@ class ChangelogStage:
                                                batch_id, report, partition_by_source_time=False)
         finally:
             raw.unpersist()
-        seconds = time.perf_counter() - started
-        log.info("changelog.batch", batch=batch_id, rows_in=report.rows_in, tables=report.tables,
-                 dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
-                 rows_per_s=round(report.rows_in / seconds) if seconds else 0)
         self.reports.append(report)
 
     def _topic(self, framed: DataFrame, topic: str, schema_ids: list[int], batch_id: int,

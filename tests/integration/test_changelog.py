@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -13,6 +20,7 @@ from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
+from tests.conftest import REPO, TEST_SETTINGS
 
 pytestmark = pytest.mark.integration
 
@@ -96,3 +104,61 @@ def test_a_replayed_batch_is_not_written_twice(stack, spark, cfg: PipelineConfig
     replay.run(until_caught_up=True)
     assert spark.table(table).count() == 300
     assert [report.skipped for report in replay.reports] == [[table]]
+
+
+class _StageProcess:
+    """`python -m pipeline changelog` in its own process group, with its log lines collected."""
+
+    def __init__(self, prefix: str, checkpoint: Path, *args: str) -> None:
+        settings = [*TEST_SETTINGS, f"changelog.checkpoint={checkpoint}", "changelog.trigger_interval=1 second",
+                    "changelog.max_offsets_per_trigger=150", "spark.driver_memory=1g"]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], "changelog",
+             "--topic-pattern", rf"{prefix}\..*", *args],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: list[str] = []
+        threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+
+    def batches(self) -> int:
+        return sum("changelog.batch" in line for line in list(self.lines))
+
+    def wait_for_batches(self, count: int, timeout_s: float = 180) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.batches() < count:
+            assert self.proc.poll() is None, "".join(self.lines[-30:])
+            assert time.monotonic() < deadline, "".join(self.lines[-30:])
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def test_sigkill_at_any_point_loses_and_duplicates_nothing(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
+    prefix = f"kl{uuid.uuid4().hex[:6]}"
+    summary, truth = _simulate(cfg, tmp_path, prefix, format="debezium", events=700, snapshot_rows=30, poison=0.01)
+    checkpoint = tmp_path / "checkpoint"
+    rng = random.Random(3)
+    for _ in range(2):  # kill mid-stream, at a different phase of a batch each time
+        stage = _StageProcess(prefix, checkpoint)
+        stage.wait_for_batches(1)
+        time.sleep(rng.uniform(0.0, 2.5))
+        stage.kill()
+    final = _StageProcess(prefix, checkpoint, "--until-caught-up")
+    assert final.proc.wait(timeout=600) == 0, "".join(final.lines[-30:])
+    expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
+    landed = _landed(spark, cfg, prefix, "debezium")
+    assert sorted(landed) == sorted(expected)  # nothing lost, nothing twice
+    dead = spark.sql(f"SELECT count(*) AS n FROM {cfg.catalog.name}.changelog.dead_letters "
+                     f"WHERE topic LIKE '{prefix}.%'").first()["n"]
+    assert dead == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
+
+
+def test_sigterm_finishes_the_batch_and_exits_cleanly(stack, cfg: PipelineConfig, tmp_path: Path) -> None:
+    prefix = f"tm{uuid.uuid4().hex[:6]}"
+    _simulate(cfg, tmp_path, prefix, format="debezium-unwrapped", tables="employees", events=450, snapshot_rows=40)
+    stage = _StageProcess(prefix, tmp_path / "checkpoint")
+    stage.wait_for_batches(1)
+    stage.proc.send_signal(signal.SIGTERM)  # to the driver, as Kubernetes and `docker stop` send it
+    assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
+    assert any("changelog.stopped" in line for line in stage.lines)
