@@ -2,11 +2,12 @@
 
 Each micro-batch is decoded per writer schema id with Spark's `from_avro` (writer schema from the registry,
 the subject's latest version as the reader schema), normalised into the canonical change record (`cdc/`), and
-routed by topic `<db>.<schema>.<table>` to `<catalog>.changelog.<db>_<table>`. Records that cannot be decoded go,
-with their raw bytes and the reason, to `<catalog>.changelog.dead_letters`; they never block a partition.
+routed by topic `<db>.<schema>.<table>` to `<catalog>.changelog.<db>_<table>` (Iceberg) or
+`<lake.delta_root>/changelog/<db>_<table>` (Delta). Records that cannot be decoded go, with their raw bytes and
+the reason, to the `dead_letters` table beside them; they never block a partition.
 
-Exactly once: the checkpoint is the only offset store, and every table commit carries the snapshot property
-`pipeline.commit = <query id>:<batch id>`, so a batch replayed after a crash skips the tables it already wrote.
+Exactly once: the checkpoint is the only offset store, and every table append is idempotent per (query id,
+batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pipeline import kafka
 from pipeline.config import PipelineConfig
 from registry.backend import RegistryError
 from registry.ccompat import ConfluentCompatClient
+from tables.append import Appender, DeltaAppender, IcebergAppender
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -35,8 +37,17 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-COMMIT_PROPERTY = "pipeline.commit"
 HEADER_BYTES = 5  # Confluent framing: magic byte 0 and a 4-byte schema id
+
+
+class StageError(RuntimeError):
+    """The stage cannot run as configured; the message says which setting to change."""
+
+
+def check_services(cfg: PipelineConfig) -> None:
+    """Fail before any query starts when Kafka or the registry does not answer, naming which and where."""
+    kafka.topic_names(cfg.kafka)
+    ConfluentCompatClient.from_settings(cfg.registry).subjects()
 
 
 @dataclass
@@ -52,15 +63,17 @@ class BatchReport:
 class ChangelogStage:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
         if not (cfg.changelog.topics or cfg.changelog.topic_pattern):
-            raise ValueError("no topics to read: set changelog.topics or changelog.topic_pattern "
+            raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
                              "(e.g. --set changelog.topic_pattern='moma\\..*')")
         if cfg.registry.backend != "ccompat" or cfg.registry.wire_format != "confluent":
-            raise ValueError("the changelog stage reads Confluent-framed Avro through the Confluent-compatible "
+            raise StageError("the changelog stage reads Confluent-framed Avro through the Confluent-compatible "
                              "API for now: set registry.backend = 'ccompat' and registry.wire_format = 'confluent'")
         self.cfg = cfg
         self.spark = spark
         self.registry = ConfluentCompatClient.from_settings(cfg.registry)
         self.namespace = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
+        self.appender: Appender = (DeltaAppender(spark, f"{cfg.lake.delta_root}/{cfg.changelog.namespace}")
+                                   if cfg.lake.format == "delta" else IcebergAppender(spark, self.namespace))
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
 
@@ -76,7 +89,8 @@ class ChangelogStage:
             reader = reader.option("subscribePattern", settings.topic_pattern)
         if settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
+        if self.cfg.lake.format == "iceberg":
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
         writer = (reader.load().writeStream.foreachBatch(self._process)
                   .option("checkpointLocation", str(settings.checkpoint)).queryName("changelog"))
         writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(
@@ -93,6 +107,7 @@ class ChangelogStage:
         """
         from pyspark.errors import StreamingQueryException
 
+        check_services(self.cfg)
         stopping = threading.Event()
         self._on_sigterm(stopping)
         restarts = 0
@@ -164,11 +179,9 @@ class ChangelogStage:
                 by_topic.setdefault(row["topic"], []).append(int(row["schema_id"]))
             for topic, schema_ids in sorted(by_topic.items()):
                 dead += self._topic(framed.where(F.col("topic") == topic), topic, schema_ids, batch_id, report)
-            letters = dead[0]
-            for more in dead[1:]:
-                letters = letters.unionByName(more)
-            report.dead_letters = self._append(letters, f"{self.namespace}.{self.cfg.changelog.dead_letter_table}",
-                                               batch_id, report, partition_by_source_time=False)
+            letters = functools.reduce(type(raw).unionByName, dead)
+            report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
+                                               partition_by_source_time=False)
         finally:
             raw.unpersist()
         self.reports.append(report)
@@ -180,7 +193,14 @@ class ChangelogStage:
         from pyspark.sql.avro.functions import from_avro
 
         db, table = topic.split(".")[0], topic.rsplit(".", 1)[-1]
-        reader = self.registry.latest(f"{topic}-value").schema
+        try:
+            reader = self.registry.latest(f"{topic}-value").schema
+        except RegistryError as exc:
+            if exc.status != 404:
+                raise
+            raise RegistryError(f"topic {topic} carries registry-framed messages, but the subject {topic}-value has "
+                                f"no schema at {self.registry.address}: register it, or leave the topic out of "
+                                "changelog.topics / changelog.topic_pattern", status=404) from None
         fmt = detect_format(json.loads(reader))
         decoded, dead = [], []
         for schema_id in schema_ids:
@@ -196,9 +216,7 @@ class ChangelogStage:
             decoded.append(rows.withColumn("v", from_avro(body, writer, {"avroSchema": reader, "mode": "PERMISSIVE"})))
         if not decoded:
             return dead
-        union = decoded[0]
-        for more in decoded[1:]:
-            union = union.unionByName(more)
+        union = functools.reduce(type(framed).unionByName, decoded)
         # PERMISSIVE from_avro yields a record of nulls for a body it cannot read; a real record never is one,
         # since every CDC record has required fields (the key, Debezium's op, DMS's data and metadata).
         fields = union.schema["v"].dataType.fieldNames()  # type: ignore[attr-defined]
@@ -206,7 +224,7 @@ class ChangelogStage:
         dead.append(self._dead(union.where(malformed).drop("v"), "MalformedAvro",
                                "the body does not decode with the schema its header names"))
         changes = normalize(union.where(~malformed), fmt, db)
-        self._append(changes, f"{self.namespace}.{db}_{table}", batch_id, report)
+        self._append(changes, f"{db}_{table}", batch_id, report)
         return dead
 
     def _dead(self, rows: DataFrame, error_class: str, message: str) -> DataFrame:
@@ -229,31 +247,14 @@ class ChangelogStage:
             self._id = json.loads(metadata["value"])["id"]  # type: ignore[index]
         return self._id
 
-    def _append(self, rows: DataFrame, table: str, batch_id: int, report: BatchReport,
+    def _append(self, rows: DataFrame, name: str, batch_id: int, report: BatchReport,
                 partition_by_source_time: bool = True) -> int:
-        """Append once per (query, batch): a replayed batch finds its commit property and skips the table."""
         from pyspark.sql import functions as F
-        from pyspark.sql.functions import partitioning
 
-        tag = f"{self._query_id()}:{batch_id}"
         rows = rows.withColumn("_ingested_at", F.current_timestamp()).withColumn("_batch_id", F.lit(batch_id).cast("long"))
-        if not self.spark.catalog.tableExists(table):
-            create = rows.limit(0).writeTo(table).using("iceberg").tableProperty(
-                "write.spark.accept-any-schema", "true").tableProperty("format-version", "2")
-            if partition_by_source_time:
-                create = create.partitionedBy(partitioning.days("_source_ts"))
-            create.create()
-        elif added := self._committed(table, tag):
-            report.skipped.append(table)
-            return added
-        rows.writeTo(table).option("mergeSchema", "true").option(f"snapshot-property.{COMMIT_PROPERTY}", tag).append()
-        added = self._committed(table, tag)
-        if added:
-            report.tables[table] = added
-        return added
-
-    def _committed(self, table: str, tag: str) -> int:
-        """Rows the commit tagged `tag` added to `table` (0 when there is no such commit)."""
-        found = self.spark.sql(f"SELECT summary['added-records'] AS added FROM {table}.snapshots "
-                               f"WHERE summary['{COMMIT_PROPERTY}'] = '{tag}'").collect()
-        return sum(int(row["added"] or 0) for row in found)
+        done = self.appender.append(rows, name, self._query_id(), batch_id, partition_by_source_time)
+        if done.skipped:
+            report.skipped.append(done.table)
+        elif done.rows:
+            report.tables[done.table] = done.rows
+        return done.rows

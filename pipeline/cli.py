@@ -180,12 +180,13 @@ def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    from pipeline.changelog import ChangelogStage
+    from pipeline.changelog import ChangelogStage, check_services
     from pipeline.spark import get_spark
 
     if args.topics or args.topic_pattern:
         subscription = {"topics": [t for t in (args.topics or "").split(",") if t], "topic_pattern": args.topic_pattern}
         cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update=subscription)})
+    check_services(cfg)  # before Spark starts: an outage is named in seconds, not after the JVM is up
     ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK
 

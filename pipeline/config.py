@@ -161,7 +161,7 @@ class ChangelogSettings(_Section):
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = Field(None, gt=0)
     trigger_interval: str = "10 seconds"
-    checkpoint: Path | None = Field(None, description="defaults to <home>/checkpoints/changelog")
+    checkpoint: str | None = Field(None, description="a path or URI (s3://…); defaults to <home>/checkpoints/changelog")
     namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     dead_letter_table: str = Field("dead_letters", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     max_restarts: int = Field(3, ge=0, description="restarts from the checkpoint after a failure, with backoff")
@@ -179,6 +179,7 @@ class ChangelogSettings(_Section):
 
 
 class LakeSettings(_Section):
+    format: Literal["iceberg", "delta"] = Field("iceberg", description="the table format the stages write")
     delta_root: str | None = Field(None, description="defaults to <home>/delta")
 
 
@@ -228,7 +229,7 @@ class PipelineConfig(BaseModel):
         lake.setdefault("delta_root", (home / "delta").as_uri())
         changelog = data.setdefault("changelog", {})
         if isinstance(changelog, dict):
-            changelog.setdefault("checkpoint", home / "checkpoints" / "changelog")
+            changelog.setdefault("checkpoint", str(home / "checkpoints" / "changelog"))
         return data
 
     @property

@@ -1,6 +1,8 @@
 """The failures the CLI reports as one clear line instead of a traceback."""
 
+from pipeline.changelog import StageError
 from pipeline.jvm import SetupError
+from pipeline.kafka import KafkaUnavailable
 from pipeline.smoke import SmokeError
 from pipeline.stack import StackError
 from pipeline.stack.java import JavaNotFound
@@ -10,4 +12,5 @@ from simulators.transport import TransportError
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
+    KafkaUnavailable, StageError,
 )

@@ -5,6 +5,10 @@ from __future__ import annotations
 from pipeline.config import KafkaSettings
 
 
+class KafkaUnavailable(RuntimeError):
+    """The brokers did not answer; names the bootstrap address."""
+
+
 def client_conf(kafka: KafkaSettings, **extra: str | int | bool) -> dict[str, str | int | bool]:
     """confluent-kafka (librdkafka) configuration: bootstrap servers, pass-through security settings, extras."""
     return {"bootstrap.servers": kafka.bootstrap_servers or "", **kafka.properties, **extra}
@@ -13,3 +17,14 @@ def client_conf(kafka: KafkaSettings, **extra: str | int | bool) -> dict[str, st
 def spark_options(kafka: KafkaSettings) -> dict[str, str]:
     """Options for Spark's Kafka source and sink, where client settings carry a `kafka.` prefix."""
     return {f"kafka.{key}": value for key, value in client_conf(kafka).items()}  # type: ignore[misc]
+
+
+def topic_names(kafka: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
+    """The cluster's topics; asking is also the check that the brokers answer at all."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return set(AdminClient(client_conf(kafka)).list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable: {exc.args[0]}") from None

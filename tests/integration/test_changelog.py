@@ -32,25 +32,47 @@ def _simulate(cfg: PipelineConfig, tmp_path: Path, prefix: str, **options) -> tu
     return simulation.run(progress=False), truth
 
 
-def _stage(cfg: PipelineConfig, spark, prefix: str, checkpoint: Path) -> ChangelogStage:
-    settings = cfg.changelog.model_copy(update={"topic_pattern": rf"{prefix}\..*", "checkpoint": checkpoint})
-    return ChangelogStage(cfg.model_copy(update={"changelog": settings}), spark)
+def _with_lake(cfg: PipelineConfig, lake_format: str) -> PipelineConfig:
+    return cfg.model_copy(update={"lake": cfg.lake.model_copy(update={"format": lake_format})})
+
+
+def _stage(cfg: PipelineConfig, spark, prefix: str, checkpoint: Path, stage: type[ChangelogStage] = ChangelogStage,
+           **settings) -> ChangelogStage:
+    changelog = cfg.changelog.model_copy(update={"topic_pattern": rf"{prefix}\..*", "checkpoint": checkpoint, **settings})
+    return stage(cfg.model_copy(update={"changelog": changelog}), spark)
+
+
+def _table(spark, cfg: PipelineConfig, name: str):
+    """A changelog table of either format, or None when the stage has not created it."""
+    from delta.tables import DeltaTable
+
+    if cfg.lake.format == "delta":
+        path = f"{cfg.lake.delta_root}/changelog/{name}"
+        return spark.read.format("delta").load(path) if DeltaTable.isDeltaTable(spark, path) else None
+    table = f"{cfg.catalog.name}.changelog.{name}"
+    return spark.table(table) if spark.catalog.tableExists(table) else None
 
 
 def _landed(spark, cfg: PipelineConfig, prefix: str, fmt: str) -> list[tuple]:
     rows = []
     for table, key in (("artists", "artist_id"), ("artworks", "artwork_id"), ("employee", "employee_id")):
-        name = f"{cfg.catalog.name}.changelog.{prefix}_{table}"
-        if not spark.catalog.tableExists(name):
+        found = _table(spark, cfg, f"{prefix}_{table}")
+        if found is None:
             continue
-        identity = "_source.tx_id, _seq.source_minor" if fmt.startswith("dms") else "_seq.source_minor"
-        rows += [(table, *r) for r in spark.sql(f"SELECT {key}, _op, {identity} FROM {name}").collect()]
+        identity = ["_source.tx_id", "_seq.source_minor"] if fmt.startswith("dms") else ["_seq.source_minor"]
+        rows += [(table, *r) for r in found.selectExpr(key, "_op", *identity).collect()]
     return rows
 
 
-@pytest.mark.parametrize("fmt", ["debezium", "debezium-unwrapped", "dms"])
-def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, stack, spark, cfg: PipelineConfig,
-                                                            tmp_path: Path) -> None:
+def _dead_letters(spark, cfg: PipelineConfig, prefix: str):
+    return _table(spark, cfg, "dead_letters").where(f"topic LIKE '{prefix}.%'")
+
+
+@pytest.mark.parametrize(("fmt", "lake_format"), [("debezium", "iceberg"), ("debezium-unwrapped", "iceberg"),
+                                                   ("dms", "iceberg"), ("debezium", "delta")])
+def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format: str, stack, spark,
+                                                            cfg: PipelineConfig, tmp_path: Path) -> None:
+    cfg = _with_lake(cfg, lake_format)
     prefix = f"cl{uuid.uuid4().hex[:6]}"
     summary, truth = _simulate(cfg, tmp_path, prefix, format=fmt, events=1200, snapshot_rows=40,
                                duplicates=0.02, reorder=0.05, poison=0.02, evolve_at=600)
@@ -62,8 +84,7 @@ def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, stack, spar
     landed = [(t, k, op, *rest) for t, k, op, *rest in _landed(spark, cfg, prefix, fmt)]
     assert set(landed) == set(expected)  # every committed change, with its op and sequence
     assert len(landed) == len(expected) + summary.faults["duplicates"]  # duplicates land as they arrived
-    dead = spark.sql(f"SELECT error_class, count(*) AS n FROM {cfg.catalog.name}.changelog.dead_letters "
-                     f"WHERE topic LIKE '{prefix}.%' GROUP BY error_class").collect()
+    dead = _dead_letters(spark, cfg, prefix).groupBy("error_class").count().withColumnRenamed("count", "n").collect()
     poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
     assert sum(r["n"] for r in dead) == poison > 0
     assert {r["error_class"] for r in dead} <= {"WireFormatError", "UnknownSchemaId", "MalformedAvro"}
@@ -89,21 +110,22 @@ class _CrashAfterWrite(ChangelogStage):
         raise RuntimeError("simulated crash after the table commit")
 
 
-def test_a_replayed_batch_is_not_written_twice(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
+@pytest.mark.parametrize("lake_format", ["iceberg", "delta"])
+def test_a_replayed_batch_is_not_written_twice(lake_format: str, stack, spark, cfg: PipelineConfig,
+                                               tmp_path: Path) -> None:
+    cfg = _with_lake(cfg, lake_format)
     prefix = f"rp{uuid.uuid4().hex[:6]}"
     _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=300, snapshot_rows=30)
     checkpoint = tmp_path / "checkpoint"
-    settings = cfg.changelog.model_copy(update={"topic_pattern": rf"{prefix}\..*", "checkpoint": checkpoint,
-                                                "max_restarts": 0})
-    crashing = _CrashAfterWrite(cfg.model_copy(update={"changelog": settings}), spark)
+    crashing = _stage(cfg, spark, prefix, checkpoint, _CrashAfterWrite, max_restarts=0)
     with pytest.raises(Exception, match="simulated crash"):
         crashing.run(until_caught_up=True)
-    table = f"{cfg.catalog.name}.changelog.{prefix}_employee"
-    assert spark.table(table).count() == 300
+    assert _table(spark, cfg, f"{prefix}_employee").count() == 300
     replay = _stage(cfg, spark, prefix, checkpoint)
     replay.run(until_caught_up=True)
-    assert spark.table(table).count() == 300
-    assert [report.skipped for report in replay.reports] == [[table]]
+    assert _table(spark, cfg, f"{prefix}_employee").count() == 300
+    [report] = replay.reports
+    assert any(table.endswith(f"{prefix}_employee") for table in report.skipped) and report.tables == {}
 
 
 class _StageProcess:
@@ -149,8 +171,7 @@ def test_sigkill_at_any_point_loses_and_duplicates_nothing(stack, spark, cfg: Pi
     expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
     landed = _landed(spark, cfg, prefix, "debezium")
     assert sorted(landed) == sorted(expected)  # nothing lost, nothing twice
-    dead = spark.sql(f"SELECT count(*) AS n FROM {cfg.catalog.name}.changelog.dead_letters "
-                     f"WHERE topic LIKE '{prefix}.%'").first()["n"]
+    dead = _dead_letters(spark, cfg, prefix).count()
     assert dead == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
 
 
@@ -162,3 +183,33 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(stack, cfg: PipelineConfig
     stage.proc.send_signal(signal.SIGTERM)  # to the driver, as Kubernetes and `docker stop` send it
     assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
     assert any("changelog.stopped" in line for line in stage.lines)
+
+
+def test_a_topic_without_a_subject_is_a_clear_error(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
+    from confluent_kafka import Producer
+
+    from pipeline import kafka
+    from registry.wire import confluent_frame
+
+    topic = f"ns{uuid.uuid4().hex[:6]}.public.orphans"
+    producer = Producer(kafka.client_conf(cfg.kafka))
+    producer.produce(topic, confluent_frame(1, b"\x02"))
+    assert producer.flush(30) == 0
+    settings = cfg.changelog.model_copy(update={"topics": [topic], "checkpoint": tmp_path / "cp", "max_restarts": 0})
+    with pytest.raises(Exception, match=rf"the subject {topic}-value has no schema at .*register it"):
+        ChangelogStage(cfg.model_copy(update={"changelog": settings}), spark).run(until_caught_up=True)
+
+
+@pytest.mark.parametrize(("setting", "named"), [("kafka.bootstrap_servers=127.0.0.1:{port}", "Kafka at 127.0.0.1:{port}"),
+                                                ("registry.url=http://127.0.0.1:{port}", "127.0.0.1:{port}/apis/ccompat")])
+def test_an_unreachable_service_is_named_before_spark_starts(setting: str, named: str, stack, tmp_path: Path) -> None:
+    from tests.conftest import free_port
+
+    port = free_port()
+    settings = [*TEST_SETTINGS, setting.format(port=port), f"changelog.checkpoint={tmp_path / 'cp'}"]
+    done = subprocess.run([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], "changelog",
+                           "--topics", "anything", "--until-caught-up"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert named.format(port=port) in done.stderr and "unreachable" in done.stderr
+    assert "spark.session" not in done.stderr

@@ -83,3 +83,13 @@ def test_secrets_never_appear_in_the_dump() -> None:
 def test_real_aws_keeps_the_default_credential_chain() -> None:
     cfg = load_config(overrides=["aws.endpoint_url="], environ={})
     assert cfg.aws.boto3_kwargs() == {"region_name": "us-east-1"}
+
+
+def test_changelog_settings(tmp_path: Path) -> None:
+    cfg = load_config(overrides=[f"home={tmp_path}", "changelog.topics=a.public.x, a.public.y"], environ={})
+    assert cfg.changelog.topics == ["a.public.x", "a.public.y"]
+    assert cfg.changelog.checkpoint == str(tmp_path / "checkpoints" / "changelog")
+    remote = load_config(overrides=["changelog.checkpoint=s3://bucket/checkpoints/changelog"], environ={})
+    assert remote.changelog.checkpoint == "s3://bucket/checkpoints/changelog"  # a URI, not a local path
+    with pytest.raises(ConfigError, match="changelog.topics or changelog.topic_pattern, not both"):
+        load_config(overrides=["changelog.topics=a", "changelog.topic_pattern=b.*"], environ={})
