@@ -83,6 +83,10 @@ class TruthStore:
                                 "FROM changes ORDER BY commit_order")
         return [TruthChange(t, k, op, json.loads(image), *rest) for t, k, op, image, *rest in rows]
 
+    def tables(self) -> list[str]:
+        """The `<db>.<schema>.<table>` names the truth holds changes of."""
+        return [name for (name,) in self._db.execute("SELECT DISTINCT table_name FROM changes ORDER BY 1")]
+
     def count(self) -> int:
         return self._db.execute("SELECT count(*) FROM changes").fetchone()[0]
 
