@@ -2,7 +2,7 @@
 
 Input: one row per Kafka message with the decoded value in a struct column `v` (the writer's record read into
 the latest reader schema) and the Kafka columns `topic`, `partition`, `offset`, `timestamp`. Output: the source
-table's columns, then `_op`, `_deleted`, `_source_ts`, `_seq`, `_source`, `_transport`, `_schema_id`.
+table's columns, then `_op`, `_is_deleted`, `_source_ts`, `_seq`, `_source`, `_transport`, `_schema_id`.
 
 `_seq` orders changes of one key totally: `(source_major, source_minor, transport_partition, transport_offset)`,
 compared left to right. Snapshot reads get `source_major = 0`, so they order before every live change.
@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-META_COLUMNS = ("_op", "_deleted", "_source_ts", "_seq", "_source", "_transport", "_schema_id")
+META_COLUMNS = ("_op", "_is_deleted", "_source_ts", "_seq", "_source", "_transport", "_schema_id")
 UNWRAPPED_FIELDS = ("__op", "__db", "__table", "__schema", "__lsn", "__source_ts_ms", "__deleted")
 DMS_OPS = {"load": "r", "insert": "c", "update": "u", "delete": "d"}
 SNAPSHOT_MAJOR = 0
@@ -47,7 +47,7 @@ def normalize(decoded: DataFrame, fmt: str, db: str) -> DataFrame:
     return decoded.select(
         *row,
         meta["_op"].alias("_op"),
-        meta["_deleted"].alias("_deleted"),
+        meta["_deleted"].alias("_is_deleted"),  # Iceberg reserves `_deleted` for a metadata column
         meta["_source_ts"].alias("_source_ts"),
         F.struct(seq_major.cast("long").alias("source_major"), seq_minor.cast("long").alias("source_minor"),
                  F.col("partition").alias("transport_partition"), F.col("offset").alias("transport_offset"),

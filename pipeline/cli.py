@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from pipeline.stack import ServiceStatus, Stack
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_MISMATCH = 3  # verify: the lake differs from the truth
+EXIT_RETRY_LATER = 75  # EX_TEMPFAIL: a concurrent run kept winning; schedulers retry
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,6 +74,35 @@ def build_parser() -> argparse.ArgumentParser:
     changelog.add_argument("--topics", help="comma-separated topics (overrides changelog.topics)")
     changelog.add_argument("--topic-pattern", help="a regex of topics (overrides changelog.topic_pattern)")
     changelog.set_defaults(handler=cmd_changelog)
+
+    mirror = commands.add_parser("mirror", help="merge new changelog rows into current-state mirror tables")
+    mirror.add_argument("--tables", help="comma-separated changelog tables (default: mirror.tables, else all)")
+    mirror.add_argument("--every", type=_interval, metavar="INTERVAL",
+                        help="run forever at this cadence, e.g. 30s, 5m, 1h (SIGTERM stops after the current run)")
+    mirror.set_defaults(handler=cmd_mirror)
+
+    query = commands.add_parser("query", help="run SQL on the lake's tables, optionally as of a lake commit")
+    query.add_argument("sql")
+    query.add_argument("--as-of", help="a snapshot id / Delta version, or a timestamp ('2026-11-22 18:00:00')")
+    query.add_argument("--limit", type=int, default=100, help="rows to print")
+    query.set_defaults(handler=cmd_query)
+
+    history = commands.add_parser("history", help="every change of one key, with source time and lake commit")
+    history.add_argument("--table", required=True, help="e.g. moma_artists")
+    history.add_argument("--key", required=True, help="the key's value (v1,v2 for a composite key)")
+    history.set_defaults(handler=cmd_history)
+
+    state = commands.add_parser("state", help="a table as the source held it at a source time, from the changelog")
+    state.add_argument("--table", required=True)
+    state.add_argument("--as-of-source", required=True, metavar="TIME", help="UTC, e.g. '2026-11-22 18:00:00.123'")
+    state.add_argument("--limit", type=int, default=100, help="rows to print")
+    state.set_defaults(handler=cmd_state)
+
+    verify = commands.add_parser("verify", help="compare mirrors (or a rebuilt past state) with the ground truth")
+    verify.add_argument("--truth", type=Path, required=True, help="the simulator's ground-truth SQLite file")
+    verify.add_argument("--tables", help="comma-separated tables (default: every mirror)")
+    verify.add_argument("--as-of-source", metavar="TIME", help="verify the state rebuilt as of this source time")
+    verify.set_defaults(handler=cmd_verify)
 
     config = commands.add_parser("config", help="print the effective configuration (secrets masked)")
     config.set_defaults(handler=cmd_config)
@@ -191,9 +222,95 @@ def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pipeline.mirror import MirrorConflict, MirrorStage
+    from pipeline.spark import get_spark
+
+    stage = MirrorStage(cfg, get_spark(cfg))
+    tables = _split(args.tables)
+    try:
+        if args.every is None:
+            for report in stage.run_once(tables):
+                print(report.line())
+            return EXIT_OK
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        stage.run_every(args.every, tables, stopping)
+        return EXIT_OK
+    except MirrorConflict as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_RETRY_LATER
+
+
+def cmd_query(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline import timetravel
+    from pipeline.spark import get_spark
+
+    timetravel.query(cfg, get_spark(cfg), args.sql, args.as_of).show(args.limit, truncate=False)
+    return EXIT_OK
+
+
+def cmd_history(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline import timetravel
+    from pipeline.spark import get_spark
+
+    changes = timetravel.history(cfg, get_spark(cfg), args.table, args.key).collect()
+    for row in changes:
+        values = {k: v for k, v in row.asDict().items() if not k.startswith("_")}
+        print(f"{row['_op']}  {row['_source_ts']}  commit {row['_commit']}  {json.dumps(values, default=str)}")
+    print(f"{len(changes)} changes of {args.table} key {args.key}")
+    return EXIT_OK
+
+
+def cmd_state(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline import timetravel
+    from pipeline.spark import get_spark
+
+    rows = timetravel.state(cfg, get_spark(cfg), args.table, args.as_of_source).persist()
+    rows.show(args.limit, truncate=False)
+    print(f"{rows.count()} rows in {args.table} as of source time {args.as_of_source}")
+    return EXIT_OK
+
+
+def cmd_verify(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.spark import get_spark
+    from pipeline.verify import verify_lake
+    from simulators.truth import TruthStore
+
+    if not args.truth.is_file():
+        print(f"error: no truth file {args.truth}; pass the file `pipeline simulate` printed", file=sys.stderr)
+        return EXIT_USAGE
+    verdicts = verify_lake(cfg, get_spark(cfg), TruthStore(args.truth), _split(args.tables), args.as_of_source)
+    for verdict in verdicts:
+        print("\n".join(verdict.lines()))
+    bad = sum(v.mismatches for v in verdicts)
+    print(f"verify: {'OK' if not bad else f'{bad} mismatches'} ({len(verdicts)} tables)")
+    return EXIT_OK if not bad else EXIT_MISMATCH
+
+
 def cmd_config(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     print(cfg.model_dump_json(indent=2))  # SecretStr fields print as '**********'
     return EXIT_OK
+
+
+def _split(values: str | None) -> list[str]:
+    return [v.strip() for v in (values or "").split(",") if v.strip()]
+
+
+def _interval(text: str) -> float:
+    """`90`, `30s`, `5m`, `1h` -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an interval like 30s, 5m or 1h") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("the interval must be positive")
+    return seconds
 
 
 def _print_status(stack: Stack) -> list[ServiceStatus]:

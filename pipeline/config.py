@@ -183,6 +183,39 @@ class LakeSettings(_Section):
     delta_root: str | None = Field(None, description="defaults to <home>/delta")
 
 
+class MirrorSettings(_Section):
+    """The mirror stage: which changelog tables become current-state tables, and how."""
+
+    namespace: str = Field("mirror", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    tables: list[str] = Field(default_factory=list, description="changelog tables to mirror; empty: all of them")
+    keys: dict[str, str] = Field(default_factory=dict, description="table -> its key columns, comma-separated")
+    partition_by: dict[str, str] = Field(default_factory=dict, description="table -> partition columns")
+    delete_mode: Literal["soft", "hard"] = "soft"
+    write_mode: Literal["copy-on-write", "merge-on-read"] = Field("copy-on-write", description="Iceberg row-level writes")
+    consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
+    max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
+    view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _comma_separated(cls, tables: Any) -> Any:
+        return [t.strip() for t in tables.split(",") if t.strip()] if isinstance(tables, str) else tables
+
+    def key_columns(self, table: str) -> list[str]:
+        return [c.strip() for c in self.keys.get(table, "").split(",") if c.strip()]
+
+    def partition_columns(self, table: str) -> list[str]:
+        return [c.strip() for c in self.partition_by.get(table, "").split(",") if c.strip()]
+
+
+class MaintenanceSettings(_Section):
+    """`pipeline maintain`: compaction, snapshot expiry and orphan-file cleanup for both stages' tables."""
+
+    retain_hours: float = Field(168.0, ge=0, description="time-travel window kept by snapshot expiry")
+    orphan_age_hours: float = Field(72.0, ge=0, description="unreferenced files older than this are deleted")
+    target_file_mb: int = Field(128, ge=1, description="compaction's target data file size")
+
+
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -196,6 +229,8 @@ class PipelineConfig(BaseModel):
     spark: SparkSettings = SparkSettings()
     lake: LakeSettings = LakeSettings()
     changelog: ChangelogSettings = ChangelogSettings()
+    mirror: MirrorSettings = MirrorSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -274,7 +309,8 @@ def load_config(
 
 
 # Settings that are maps of free-form keys: everything after the map's name is one key ("spark.conf.a.b").
-_MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties")}
+_MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties"), ("mirror", "keys"),
+                 ("mirror", "partition_by")}
 
 
 def _assign(data: dict[str, Any], keys: list[str], value: str, source: str) -> None:

@@ -44,6 +44,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
         # Small local tables: skip Delta's statistics collection fan-out and keep snapshots in few tasks.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # New Delta tables keep a change data feed: the mirror reads only the rows appended since its watermark.
+        "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
     }
     if cfg.spark.master:
         conf["spark.master"] = cfg.spark.master

@@ -1,0 +1,98 @@
+"""Mirror semantics: how a batch of canonical change records becomes the current state of a table.
+
+1. Reduce: per key, only the change with the highest `_seq` survives (`latest_per_key`).
+2. Merge: that change replaces the mirror's row only when its `_seq` is newer than the row's, so a late event
+   or a duplicate can never regress a row (`MergeClauses`).
+3. Deletes are soft by default: the row keeps its last known values with `_is_deleted = true` and `_deleted_at`;
+   a later insert of the key resurrects it. A delete whose key the mirror never held is stored as a deleted
+   row, so an older insert arriving later cannot bring it back. Hard deletes remove the row instead.
+
+The clauses are plain SQL expression strings over the aliases `t` (mirror) and `s` (changes), so one
+definition drives both Iceberg's `MERGE INTO` and Delta's merge builder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Changelog columns that describe the transport and the changelog write, not the row: not carried to mirrors.
+CHANGELOG_ONLY = ("_transport", "_schema_id", "_ingested_at", "_batch_id", "_source_date")
+
+
+def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
+    """One change per key: the one with the highest `_seq` (a total order per key), as the mirror sees it."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    newest = Window.partitionBy(*keys).orderBy(F.col("_seq").desc())
+    return (changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
+            .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+            .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
+            .withColumn("_merged_at", F.current_timestamp()))
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One WHEN branch: `kind` is update / delete / insert, `condition` may be None (always)."""
+
+    kind: Literal["update", "delete", "insert"]
+    condition: str | None
+    assignments: dict[str, str]  # target column -> expression over s and t (empty for delete)
+
+
+@dataclass(frozen=True)
+class MergeClauses:
+    on: str
+    matched: tuple[Clause, ...]
+    not_matched: tuple[Clause, ...]
+
+
+def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> MergeClauses:
+    """The MERGE of reduced changes (`s`) into a mirror (`t`) whose columns are `columns`."""
+    quoted = {c: f"`{c}`" for c in columns}
+    newer = "s._seq > t._seq"
+    every = {quoted[c]: f"s.{quoted[c]}" for c in columns}
+    # A soft delete keeps the row's last known values and records only the deletion.
+    tombstone = {quoted[c]: f"s.{quoted[c]}" for c in ("_op", "_seq", "_source_ts", "_source", "_is_deleted",
+                                                        "_deleted_at", "_merged_at")}
+    if delete_mode == "hard":
+        on_delete = Clause("delete", f"{newer} AND s._is_deleted", {})
+        insert = Clause("insert", "NOT s._is_deleted", every)
+    else:
+        on_delete = Clause("update", f"{newer} AND s._is_deleted", tombstone)
+        insert = Clause("insert", None, every)
+    return MergeClauses(
+        on=" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys),
+        matched=(on_delete, Clause("update", newer, every)),
+        not_matched=(insert,),
+    )
+
+
+def merge_sql(target: str, source_view: str, clauses: MergeClauses) -> str:
+    """`MERGE INTO` text for engines that take SQL (Iceberg)."""
+    def branch(matched: bool, clause: Clause) -> str:
+        head = "WHEN MATCHED" if matched else "WHEN NOT MATCHED"
+        when = f" AND {clause.condition}" if clause.condition else ""
+        if clause.kind == "delete":
+            return f"{head}{when} THEN DELETE"
+        if clause.kind == "update":
+            return f"{head}{when} THEN UPDATE SET " + ", ".join(f"t.{c} = {e}" for c, e in clause.assignments.items())
+        return (f"{head}{when} THEN INSERT ({', '.join(clause.assignments)}) "
+                f"VALUES ({', '.join(clause.assignments.values())})")
+
+    branches = [branch(True, c) for c in clauses.matched] + [branch(False, c) for c in clauses.not_matched]
+    return f"MERGE INTO {target} t USING {source_view} s ON {clauses.on}\n" + "\n".join(branches)
+
+
+def state_as_of(changes: DataFrame, keys: list[str], source_time: str) -> DataFrame:
+    """The rows the source held at `source_time`, rebuilt from a changelog: the newest change per key among
+    those committed by then, without the keys it had deleted. The precision is the source's own
+    (milliseconds for Debezium's `ts_ms`)."""
+    from pyspark.sql import functions as F
+
+    committed = changes.where(F.col("_source_ts") <= F.to_timestamp(F.lit(source_time)))
+    return latest_per_key(committed, keys).where("NOT _is_deleted")

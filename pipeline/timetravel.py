@@ -1,0 +1,85 @@
+"""The past of the lakehouse: SQL as of a lake commit, the history of one key, a table as of a source time.
+
+- As of a lake commit: Spark's `VERSION AS OF` / `TIMESTAMP AS OF`, which both Iceberg and Delta serve.
+- History of a key: every changelog row of the key in `_seq` order, with the lake commit that added it.
+- As of a source time: the changelog rebuilt to the state the source held then (`cdc.merge.state_as_of`).
+Delta path tables are registered in the session catalog first, so SQL names them like Iceberg tables:
+`changelog.<table>`, `mirror.<table>`, `mirror.<table>_current`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from cdc.merge import state_as_of
+from pipeline.config import PipelineConfig
+from pipeline.mirror import table_keys
+from tables.lake import lake_table, table_names
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# A table reference after FROM or JOIN (not a subquery): the place `VERSION AS OF` goes.
+_TABLE_REFERENCE = re.compile(r"(?i)\b(FROM|JOIN)(\s+)([A-Za-z_][\w.]*|`[^`]+`)(?!\s*\()")
+
+
+class QueryError(ValueError):
+    """A query, key or time the lake cannot answer; the message says what to pass instead."""
+
+
+def as_of_sql(sql: str, as_of: str) -> str:
+    """`sql` with every table it reads pinned to one lake commit: a snapshot id / version, or a timestamp."""
+    clause = f"VERSION AS OF {as_of}" if as_of.isdigit() else f"TIMESTAMP AS OF '{as_of}'"
+    rewritten, count = _TABLE_REFERENCE.subn(lambda m: f"{m[1]}{m[2]}{m[3]} {clause}", sql)
+    if not count:
+        raise QueryError(f"--as-of needs a query that reads a table by name (FROM <table>), got: {sql}")
+    return rewritten
+
+
+def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
+    """Name Delta path tables in the session catalog: `changelog.<t>`, `mirror.<t>` and `mirror.<t>_current`."""
+    spark.sql("USE spark_catalog")
+    for namespace in (cfg.changelog.namespace, cfg.mirror.namespace):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {namespace}")
+        for name in table_names(cfg, spark, namespace):
+            path = f"{cfg.lake.delta_root}/{namespace}/{name}"
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {namespace}.{name} USING delta LOCATION '{path}'")
+            if namespace == cfg.mirror.namespace:
+                spark.sql(f"CREATE OR REPLACE VIEW {namespace}.{name}{cfg.mirror.view_suffix} AS "
+                          f"SELECT * FROM {namespace}.{name} WHERE NOT _is_deleted")
+
+
+def query(cfg: PipelineConfig, spark: SparkSession, sql: str, as_of: str | None = None) -> DataFrame:
+    if cfg.lake.format == "delta":
+        register_delta_tables(cfg, spark)
+    return spark.sql(as_of_sql(sql, as_of) if as_of else sql)
+
+
+def key_filter(spark_types: dict[str, str], keys: list[str], key: str) -> str:
+    """A SQL predicate for one key given as `value` or `v1,v2` (composite keys, in key order)."""
+    values = key.split(",")
+    if len(values) != len(keys):
+        raise QueryError(f"--key {key!r} has {len(values)} value(s); the table's key is ({', '.join(keys)})")
+    return " AND ".join(f"`{k}` = CAST('{v.replace(chr(39), '')}' AS {spark_types[k]})" for k, v in zip(keys, values))
+
+
+def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> DataFrame:
+    """Every change of one key, oldest first: op, source time, the lake commit that added it, and the row."""
+    changelog = lake_table(cfg, spark, cfg.changelog.namespace, table)
+    if not changelog.exists():
+        raise QueryError(f"no changelog table {table} ({changelog.ref}); tables: "
+                         f"{', '.join(table_names(cfg, spark, cfg.changelog.namespace)) or 'none'}")
+    rows = changelog.read_with_commits()
+    keys = table_keys(cfg, table, changelog)
+    columns = [c for c in rows.columns if not c.startswith("_")]
+    return (rows.where(key_filter(dict(rows.dtypes), keys, key)).orderBy("_seq")
+            .select("_op", "_source_ts", "_commit", "_seq", *columns))
+
+
+def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str) -> DataFrame:
+    """The table as the source held it at `source_time`, rebuilt from the changelog."""
+    changelog = lake_table(cfg, spark, cfg.changelog.namespace, table)
+    if not changelog.exists():
+        raise QueryError(f"no changelog table {table} ({changelog.ref})")
+    return state_as_of(changelog.read(), table_keys(cfg, table, changelog), source_time)

@@ -1,0 +1,259 @@
+"""One table of the lakehouse, in Iceberg or Delta, behind one small interface the stages share.
+
+The stages never branch on the format: they read a table (now, as of a commit, or only the rows appended
+between two commits), evolve its columns, and MERGE into it with commit metadata that lands atomically in the
+same commit. A *commit id* is an Iceberg snapshot id or a Delta version.
+- Iceberg tables live in the catalog as `<catalog>.<namespace>.<name>`; commit metadata goes into the snapshot
+  summary (`spark.sql.iceberg.snapshot-property.*` on the table's private Spark session).
+- Delta tables are path tables under `<lake.delta_root>/<namespace>/<name>`; commit metadata goes into the
+  commit's `userMetadata`, and incremental reads use the change data feed, which Delta tables here enable.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, Protocol
+
+import structlog
+
+from cdc.merge import MergeClauses, merge_sql
+from pipeline.config import PipelineConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField
+
+log = structlog.get_logger(__name__)
+
+ICEBERG_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
+DELTA_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+class LakeTable(Protocol):
+    name: str  # the table's short name, e.g. moma_artists
+    ref: str  # the catalog identifier or path, for messages
+
+    def exists(self) -> bool: ...
+    def commit_id(self) -> int | None: ...
+    def read(self, as_of: int | str | None = None) -> DataFrame: ...
+    def read_appended(self, after: int | None, through: int) -> DataFrame: ...
+    def read_with_commits(self) -> DataFrame: ...
+    def commit_metadata(self, key: str) -> str | None: ...
+    def fields(self) -> list[StructField]: ...
+    def add_columns(self, fields: list[StructField]) -> None: ...
+    def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None: ...
+    def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None: ...
+    def replace_view(self, suffix: str, where: str) -> str | None: ...
+
+
+def lake_table(cfg: PipelineConfig, spark: SparkSession, namespace: str, name: str) -> LakeTable:
+    if cfg.lake.format == "delta":
+        return DeltaLakeTable(spark, name, f"{cfg.lake.delta_root}/{namespace}/{name}")
+    return IcebergLakeTable(spark, name, f"{cfg.catalog.name}.{namespace}.{name}")
+
+
+def table_names(cfg: PipelineConfig, spark: SparkSession, namespace: str) -> list[str]:
+    """The tables of one namespace, sorted; none when the namespace does not exist yet."""
+    if cfg.lake.format == "delta":
+        jvm = spark._jvm  # type: ignore[attr-defined]
+        root = jvm.org.apache.hadoop.fs.Path(f"{cfg.lake.delta_root}/{namespace}")
+        fs = root.getFileSystem(spark._jsc.hadoopConfiguration())  # type: ignore[attr-defined]
+        if not fs.exists(root):
+            return []
+        return sorted(status.getPath().getName() for status in fs.listStatus(root)
+                      if fs.exists(jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")))
+    if not spark.catalog.databaseExists(f"{cfg.catalog.name}.{namespace}"):
+        return []
+    return sorted(row["tableName"] for row in spark.sql(f"SHOW TABLES IN {cfg.catalog.name}.{namespace}").collect())
+
+
+@dataclass(frozen=True)
+class IcebergLakeTable:
+    spark: SparkSession
+    name: str
+    ref: str
+
+    def exists(self) -> bool:
+        return self.spark.catalog.tableExists(self.ref)
+
+    def commit_id(self) -> int | None:
+        if not self.exists():
+            return None
+        current = self.spark.sql(f"SELECT snapshot_id FROM {self.ref}.history WHERE is_current_ancestor "
+                                 "ORDER BY made_current_at DESC LIMIT 1").first()
+        return int(current["snapshot_id"]) if current else None
+
+    def read(self, as_of: int | str | None = None) -> DataFrame:
+        return _read(self.spark, "iceberg", self.ref, as_of)
+
+    def read_appended(self, after: int | None, through: int) -> DataFrame:
+        if after is None:
+            return self.read(through)
+        if not self._has_snapshot(after):
+            log.warning("lake.watermark_expired", table=self.ref, snapshot=after,
+                        action="reading the whole table; merging is idempotent, so only time is lost")
+            return self.read(through)
+        return (self.spark.read.format("iceberg").option("start-snapshot-id", after)
+                .option("end-snapshot-id", through).load(self.ref))
+
+    def read_with_commits(self) -> DataFrame:
+        """Every row with the snapshot that added it (`_commit`), from Iceberg's changelog scan."""
+        return (self.spark.read.format("iceberg").load(f"{self.ref}.changes").where("_change_type = 'INSERT'")
+                .withColumnRenamed("_commit_snapshot_id", "_commit").drop("_change_type", "_change_ordinal"))
+
+    def commit_metadata(self, key: str) -> str | None:
+        row = self.spark.sql(f"SELECT s.summary['{key}'] AS value FROM {self.ref}.snapshots s "
+                             f"WHERE s.summary['{key}'] IS NOT NULL ORDER BY s.committed_at DESC LIMIT 1").first()
+        return row["value"] if row else None
+
+    def fields(self) -> list[StructField]:
+        return list(self.spark.table(self.ref).schema.fields)
+
+    def add_columns(self, fields: list[StructField]) -> None:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+        self.spark.sql(f"ALTER TABLE {self.ref} ADD COLUMNS ({columns})")
+
+    def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None:
+        writer = like.limit(0).writeTo(self.ref).using("iceberg").tableProperty("format-version", "2")
+        for key, value in properties.items():
+            writer = writer.tableProperty(key, value)
+        if partition_by:
+            from pyspark.sql import functions as F
+
+            writer = writer.partitionedBy(*[F.col(c) for c in partition_by])
+        writer.create()
+
+    def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
+        view = f"changes_{self.name}"
+        # Materialised first: Spark 4.1 fails to plan a MERGE whose source still reads an Iceberg table of the
+        # same catalog ("No plan for TableReference"). A lost executor fails the run, which is safe to re-run.
+        source.localCheckpoint().createOrReplaceTempView(view)
+        with _session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+            self.spark.sql(merge_sql(self.ref, view, clauses))
+        self.spark.catalog.dropTempView(view)
+
+    def replace_view(self, suffix: str, where: str) -> str | None:
+        """A catalog view `<table><suffix>` of the rows matching `where`; replaced so new columns show."""
+        view = f"{self.ref}{suffix}"
+        self.spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {self.ref} WHERE {where}")
+        return view
+
+    def _has_snapshot(self, snapshot_id: int) -> bool:
+        return self.spark.sql(f"SELECT 1 FROM {self.ref}.snapshots WHERE snapshot_id = {snapshot_id}").first() is not None
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """Session settings for the statements inside the block only.
+
+    Commit metadata travels through session settings, so a stage gives each table its own session
+    (`SparkSession.newSession()`): two stages in one process never see each other's metadata.
+    """
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
+
+
+@dataclass(frozen=True)
+class DeltaLakeTable:
+    spark: SparkSession
+    name: str
+    ref: str  # the table's path
+
+    def exists(self) -> bool:
+        from delta.tables import DeltaTable
+
+        return DeltaTable.isDeltaTable(self.spark, self.ref)
+
+    def commit_id(self) -> int | None:
+        from delta.tables import DeltaTable
+
+        return int(DeltaTable.forPath(self.spark, self.ref).history(1).first()["version"]) if self.exists() else None  # type: ignore[index]
+
+    def read(self, as_of: int | str | None = None) -> DataFrame:
+        return _read(self.spark, "delta", self.ref, as_of)
+
+    def read_appended(self, after: int | None, through: int) -> DataFrame:
+        if after is None:
+            return self.read(through)
+        if not self._change_feed():
+            log.warning("lake.no_change_feed", table=self.ref,
+                        action="reading the whole table; set delta.enableChangeDataFeed = true on it to read increments")
+            return self.read(through)
+        if after == through:
+            return self.read(through).limit(0)
+        return (self._feed(after + 1, through).where("_change_type = 'insert'").drop(*CDF_COLUMNS))
+
+    def read_with_commits(self) -> DataFrame:
+        return (self._feed(0, None).where("_change_type = 'insert'").withColumnRenamed("_commit_version", "_commit")
+                .drop("_change_type", "_commit_timestamp"))
+
+    def commit_metadata(self, key: str) -> str | None:
+        from delta.tables import DeltaTable
+
+        for row in (DeltaTable.forPath(self.spark, self.ref).history().where("userMetadata IS NOT NULL")
+                    .orderBy("version", ascending=False).select("userMetadata").toLocalIterator()):
+            value = json.loads(row["userMetadata"]).get(key)
+            if value is not None:
+                return str(value)
+        return None
+
+    def fields(self) -> list[StructField]:
+        return list(self.read().schema.fields)
+
+    def add_columns(self, fields: list[StructField]) -> None:
+        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+        self.spark.sql(f"ALTER TABLE delta.`{self.ref}` ADD COLUMNS ({columns})")
+
+    def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None:
+        writer = like.limit(0).write.format("delta")  # the change data feed is on by default (pipeline/spark.py)
+        for key, value in properties.items():
+            writer = writer.option(key, value)
+        writer.partitionBy(*partition_by).save(self.ref)
+
+    def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
+        from delta.tables import DeltaTable
+
+        builder = DeltaTable.forPath(self.spark, self.ref).alias("t").merge(source.alias("s"), clauses.on)
+        for clause in clauses.matched:
+            if clause.kind == "delete":
+                builder = builder.whenMatchedDelete(clause.condition)
+            else:
+                builder = builder.whenMatchedUpdate(clause.condition, clause.assignments)
+        for clause in clauses.not_matched:
+            builder = builder.whenNotMatchedInsert(clause.condition, clause.assignments)
+        with _session_conf(self.spark, {DELTA_METADATA_CONF: json.dumps(metadata)}):
+            builder.execute()
+
+    def replace_view(self, suffix: str, where: str) -> str | None:
+        """Path tables have no catalog to keep a view in; `pipeline query` defines it per session."""
+        return None
+
+    def _change_feed(self) -> bool:
+        from delta.tables import DeltaTable
+
+        properties = DeltaTable.forPath(self.spark, self.ref).detail().first()["properties"]  # type: ignore[index]
+        return str(properties.get("delta.enableChangeDataFeed", "false")).lower() == "true"
+
+    def _feed(self, start: int, end: int | None) -> DataFrame:
+        reader = self.spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", start)
+        if end is not None:
+            reader = reader.option("endingVersion", end)
+        return reader.load(self.ref)
+
+
+def _read(spark: SparkSession, fmt: str, ref: str, as_of: int | str | None) -> DataFrame:
+    """The table now, or as of a commit id or a timestamp: Spark's own time-travel options, for both formats."""
+    reader = spark.read.format(fmt)
+    if isinstance(as_of, int):
+        reader = reader.option("versionAsOf", as_of)
+    elif as_of is not None:
+        reader = reader.option("timestampAsOf", as_of)
+    return reader.load(ref)

@@ -1,0 +1,222 @@
+"""Simulator -> Kafka -> changelog -> `pipeline mirror`: the mirrors equal the source's truth, incrementally,
+under duplicates, reordering, deletes and re-inserts, partition moves, schema evolution, crashes and races."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from pipeline.changelog import ChangelogStage
+from pipeline.config import PipelineConfig
+from pipeline.mirror import WATERMARK, MirrorStage
+from pipeline.timetravel import history, query, state
+from pipeline.verify import source_time_us, verify_lake
+from registry.factory import serde_from_settings
+from simulators.simulation import Simulation, SimulationOptions
+from simulators.transport import KafkaTransport
+from simulators.truth import TruthStore
+from tables.lake import lake_table
+from tests.conftest import REPO, TEST_SETTINGS
+
+pytestmark = pytest.mark.integration
+
+KEYS = {"artists": "artist_id", "artworks": "artwork_id", "employee": "employee_id"}
+FAULTS = {"duplicates": 0.03, "reorder": 0.05, "poison": 0.01}
+
+
+@dataclass
+class Source:
+    """One simulated source database, replayable: a longer run with the same seed repeats the shorter one."""
+
+    cfg: PipelineConfig
+    prefix: str
+    folder: Path
+
+    def simulate(self, events: int) -> TruthStore:
+        truth = TruthStore(self.folder / f"{self.prefix}-{events}.db")
+        options = SimulationOptions(format="debezium", events=events, snapshot_rows=40, seed=11, evolve_at=500,
+                                    topic_prefix=self.prefix, **FAULTS)
+        Simulation(options, KafkaTransport(self.cfg.kafka), truth, serde_from_settings(self.cfg.registry, self.cfg.aws)).run(progress=False)
+        return truth
+
+    def land(self, spark) -> None:
+        changelog = self.cfg.changelog.model_copy(update={"topic_pattern": rf"{self.prefix}\..*",
+                                                           "checkpoint": str(self.folder / "checkpoint")})
+        ChangelogStage(self.cfg.model_copy(update={"changelog": changelog}), spark).run(until_caught_up=True)
+
+    def tables(self) -> list[str]:
+        return [f"{self.prefix}_{name}" for name in KEYS]
+
+
+def _configure(cfg: PipelineConfig, prefix: str, lake_format: str = "iceberg", **mirror) -> PipelineConfig:
+    keys = {f"{prefix}_{name}": key for name, key in KEYS.items()}
+    return cfg.model_copy(update={
+        "lake": cfg.lake.model_copy(update={"format": lake_format}),
+        "mirror": cfg.mirror.model_copy(update={"keys": keys, "tables": list(keys), **mirror}),
+    })
+
+
+def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables: list[str],
+                           source_time: str | None = None) -> None:
+    verdicts = verify_lake(cfg, spark, truth, tables, source_time)
+    assert [v.table for v in verdicts] == tables
+    report = "\n".join(line for v in verdicts for line in v.lines())
+    assert all(v.mismatches == 0 for v in verdicts), report
+    assert all(v.rows > 0 for v in verdicts)
+
+
+def _single_row_per_key(cfg: PipelineConfig, spark, table: str) -> None:
+    mirror = lake_table(cfg, spark, cfg.mirror.namespace, table).read()
+    key = cfg.mirror.key_columns(table)[0]
+    assert mirror.count() == mirror.select(key).distinct().count()
+
+
+@pytest.mark.parametrize(("lake_format", "write_mode", "delete_mode"), [
+    ("iceberg", "copy-on-write", "soft"), ("iceberg", "merge-on-read", "hard"), ("delta", "copy-on-write", "soft")])
+def test_mirror_equals_the_source_incrementally(lake_format: str, write_mode: str, delete_mode: str, stack, spark,
+                                                cfg: PipelineConfig, tmp_path: Path) -> None:
+    prefix = f"mr{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix, lake_format, write_mode=write_mode, delete_mode=delete_mode,
+                     partition_by={f"{prefix}_artists": "nationality", f"{prefix}_artworks": "classification"})
+    source = Source(cfg, prefix, tmp_path)
+    first = source.simulate(events=900)
+    source.land(spark)
+    stage = MirrorStage(cfg, spark)
+    reports = stage.run_once()
+    assert [r.table for r in reports] == source.tables() and all(r.changes > 0 for r in reports)
+    _assert_equal_to_truth(cfg, spark, first, source.tables())
+    artists = lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists")
+    first_commit = artists.commit_id()
+
+    # Nothing new: nothing read, nothing committed.
+    assert all(r.changes == 0 for r in stage.run_once())
+    assert artists.commit_id() == first_commit
+
+    # The same source runs on (its first 900 events are delivered again): the mirror reads only the new commits.
+    second = source.simulate(events=1800)
+    landed = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read().count() for t in source.tables()}
+    source.land(spark)
+    reports = stage.run_once()
+    for report in reports:
+        total = lake_table(cfg, spark, cfg.changelog.namespace, report.table).read().count()
+        assert report.changes == total - landed[report.table]
+    _assert_equal_to_truth(cfg, spark, second, source.tables())
+    for table in source.tables():
+        _single_row_per_key(cfg, spark, table)  # partition moves left no stale copy behind
+    deleted = artists.read().where("_is_deleted").count()
+    assert (deleted > 0) if delete_mode == "soft" else (deleted == 0)
+
+    # Time travel: the first merge's commit still holds the first run's rows.
+    live_then = query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{prefix}_artists WHERE NOT _is_deleted",
+                      as_of=str(first_commit)).count()
+    assert live_then == len(first.state_at("moma.public.artists"))
+
+
+def test_state_as_of_source_time_and_key_history_match_the_truth(stack, spark, cfg: PipelineConfig,
+                                                                 tmp_path: Path) -> None:
+    prefix = f"st{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix)
+    source = Source(cfg, prefix, tmp_path)
+    truth = source.simulate(events=900)
+    source.land(spark)
+    changes = truth.changes()
+    middle = changes[len(changes) // 2].commit_us
+    instant = (middle // 1000) * 1000 - 1  # the last microsecond of a millisecond: Debezium's ts_ms precision
+    from datetime import datetime, timezone
+
+    as_of = datetime.fromtimestamp(instant / 1e6, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+    assert source_time_us(as_of) == instant
+    _assert_equal_to_truth(cfg, spark, truth, source.tables(), source_time=as_of)
+    assert state(cfg, spark, f"{prefix}_artists", as_of).count() == len(truth.state_at("moma.public.artists", instant))
+
+    busiest = max({c.key for c in changes if c.table == "moma.public.artists"},
+                  key=lambda k: len(truth.history("moma.public.artists", k)))
+    expected = truth.history("moma.public.artists", busiest)
+    found = history(cfg, spark, f"{prefix}_artists", str(busiest)).collect()
+    assert [r["_op"] for r in found] == [c.op for c in expected]
+    assert all(r["_commit"] is not None for r in found)
+    assert [r["name"] for r in found] == [c.row["name"] for c in expected]
+
+
+def test_concurrent_merges_of_one_table_leave_it_correct(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
+    prefix = f"cc{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix)
+    source = Source(cfg, prefix, tmp_path)
+    truth = source.simulate(events=900)
+    source.land(spark)
+    stages = [MirrorStage(cfg, spark), MirrorStage(cfg, spark)]
+    errors: list[BaseException] = []
+
+    def run(stage: MirrorStage) -> None:
+        try:
+            stage.run_once(source.tables())
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(stage,)) for stage in stages]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    _assert_equal_to_truth(cfg, spark, truth, source.tables())
+    for table in source.tables():
+        _single_row_per_key(cfg, spark, table)
+
+
+def test_consistent_mode_merges_every_table_up_to_one_source_position(stack, spark, cfg: PipelineConfig,
+                                                                       tmp_path: Path) -> None:
+    prefix = f"cp{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix, consistent=True)
+    source = Source(cfg, prefix, tmp_path)
+    truth = source.simulate(events=900)
+    source.land(spark)
+    stage = MirrorStage(cfg, spark)
+    position = stage.common_position(source.tables())
+    reports = stage.run_once()
+    assert sum(r.held_back for r in reports) > 0  # the tables reached different positions
+    for report in reports:
+        merged = lake_table(cfg, spark, cfg.mirror.namespace, report.table).read()
+        assert merged.selectExpr("max(_seq.source_major)").first()[0] <= position
+        if report.held_back:  # the watermark stays before the held-back rows, so they are read again
+            assert report.watermark is None
+    # Without the common position, the held-back rows merge and the mirrors catch up with the source.
+    relaxed = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"consistent": False})})
+    MirrorStage(relaxed, spark).run_once()
+    _assert_equal_to_truth(relaxed, spark, truth, source.tables())
+
+
+def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(stack, spark, cfg: PipelineConfig,
+                                                                tmp_path: Path) -> None:
+    prefix = f"kl{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix)
+    source = Source(cfg, prefix, tmp_path)
+    truth = source.simulate(events=900)
+    source.land(spark)
+    keys = [f"--set=mirror.keys.{table}={cfg.mirror.key_columns(table)[0]}" for table in source.tables()]
+    command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in TEST_SETTINGS],
+               *keys, f"--set=mirror.tables={','.join(source.tables())}", "mirror"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    for line in process.stdout:  # kill it once the first table is merged and the second one is being merged
+        if '"mirror.table"' in line or f"{prefix}_artists:" in line:
+            break
+    else:
+        pytest.fail("the mirror process ended before merging a table")
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    merged = lake_table(cfg, spark, cfg.mirror.namespace, source.tables()[0])
+    assert merged.commit_metadata(WATERMARK) is not None  # the first table was committed before the kill
+    MirrorStage(cfg, spark).run_once()
+    _assert_equal_to_truth(cfg, spark, truth, source.tables())
+    for table in source.tables():
+        _single_row_per_key(cfg, spark, table)
