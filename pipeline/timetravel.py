@@ -65,16 +65,22 @@ def key_filter(spark_types: dict[str, str], keys: list[str], key: str) -> str:
 
 
 def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> DataFrame:
-    """Every change of one key, oldest first: op, source time, the lake commit that added it, and the row."""
+    """Every change of one key, oldest first: op, source time, the lake commit that added it, and the row.
+    A change delivered twice (same source position, another transport offset) is shown once."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     changelog = lake_table(cfg, spark, cfg.changelog.namespace, table)
     if not changelog.exists():
         raise QueryError(f"no changelog table {table} ({changelog.ref}); tables: "
                          f"{', '.join(table_names(cfg, spark, cfg.changelog.namespace)) or 'none'}")
-    rows = changelog.read_with_commits()
     keys = table_keys(cfg, table, changelog)
+    types = {f.name: f.dataType.simpleString() for f in changelog.fields()}
+    rows = changelog.read_with_commits(key_filter(types, keys, key))
+    first_delivery = Window.partitionBy("_seq.source_major", "_seq.source_minor").orderBy("_seq")
     columns = [c for c in rows.columns if not c.startswith("_")]
-    return (rows.where(key_filter(dict(rows.dtypes), keys, key)).orderBy("_seq")
-            .select("_op", "_source_ts", "_commit", "_seq", *columns))
+    return (rows.withColumn("_rank", F.row_number().over(first_delivery)).where("_rank = 1")  # duplicates once
+            .orderBy("_seq").select("_op", "_source_ts", "_commit", "_seq", *columns))
 
 
 def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str) -> DataFrame:

@@ -20,6 +20,7 @@ import structlog
 
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config import PipelineConfig
+from tables.append import COMMIT_PROPERTY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -40,7 +41,7 @@ class LakeTable(Protocol):
     def commit_id(self) -> int | None: ...
     def read(self, as_of: int | str | None = None) -> DataFrame: ...
     def read_appended(self, after: int | None, through: int) -> DataFrame: ...
-    def read_with_commits(self) -> DataFrame: ...
+    def read_with_commits(self, where: str) -> DataFrame: ...
     def commit_metadata(self, key: str) -> str | None: ...
     def fields(self) -> list[StructField]: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
@@ -99,10 +100,23 @@ class IcebergLakeTable:
         return (self.spark.read.format("iceberg").option("start-snapshot-id", after)
                 .option("end-snapshot-id", through).load(self.ref))
 
-    def read_with_commits(self) -> DataFrame:
-        """Every row with the snapshot that added it (`_commit`), from Iceberg's changelog scan."""
-        return (self.spark.read.format("iceberg").load(f"{self.ref}.changes").where("_change_type = 'INSERT'")
-                .withColumnRenamed("_commit_snapshot_id", "_commit").drop("_change_type", "_change_ordinal"))
+    def read_with_commits(self, where: str) -> DataFrame:
+        """The rows matching `where`, each with the snapshot that added it (`_commit`): the first snapshot
+        tagged with the row's `_batch_id` (`tables.append`) committed after the row was ingested. Null once
+        that snapshot has expired."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        commits = self.spark.sql(
+            f"SELECT snapshot_id AS _commit, committed_at AS _committed_at, "
+            f"CAST(substring_index(summary['{COMMIT_PROPERTY}'], ':', -1) AS BIGINT) AS _commit_batch "
+            f"FROM {self.ref}.snapshots WHERE summary['{COMMIT_PROPERTY}'] IS NOT NULL")
+        rows = self.read().where(where)
+        first = Window.partitionBy("_transport").orderBy(F.col("_committed_at").asc_nulls_last())
+        return (rows.join(commits, (rows["_batch_id"] == commits["_commit_batch"])
+                          & (commits["_committed_at"] >= rows["_ingested_at"]), "left")
+                .withColumn("_rank", F.row_number().over(first)).where("_rank = 1")
+                .drop("_rank", "_committed_at", "_commit_batch"))
 
     def commit_metadata(self, key: str) -> str | None:
         row = self.spark.sql(f"SELECT s.summary['{key}'] AS value FROM {self.ref}.snapshots s "
@@ -191,8 +205,8 @@ class DeltaLakeTable:
             return self.read(through).limit(0)
         return (self._feed(after + 1, through).where("_change_type = 'insert'").drop(*CDF_COLUMNS))
 
-    def read_with_commits(self) -> DataFrame:
-        return (self._feed(0, None).where("_change_type = 'insert'").withColumnRenamed("_commit_version", "_commit")
+    def read_with_commits(self, where: str) -> DataFrame:
+        return (self._feed(0, None).where("_change_type = 'insert'").where(where).withColumnRenamed("_commit_version", "_commit")
                 .drop("_change_type", "_commit_timestamp"))
 
     def commit_metadata(self, key: str) -> str | None:
