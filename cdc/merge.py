@@ -23,14 +23,18 @@ if TYPE_CHECKING:
 CHANGELOG_ONLY = ("_transport", "_schema_id", "_ingested_at", "_batch_id", "_source_date")
 
 
-def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
-    """One change per key: the one with the highest `_seq` (a total order per key), as the mirror sees it."""
+def latest_per_key(changes: DataFrame, keys: list[str], count_as: str | None = None) -> DataFrame:
+    """One change per key: the one with the highest `_seq` (a total order per key), as the mirror sees it.
+    With `count_as`, a column of that name holds how many changes of the key were reduced to it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    newest = Window.partitionBy(*keys).orderBy(F.col("_seq").desc())
-    return (changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
-            .withColumn("_rank", F.row_number().over(newest)).where("_rank = 1").drop("_rank")
+    per_key = Window.partitionBy(*keys)
+    reduced = changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
+    if count_as:
+        reduced = reduced.withColumn(count_as, F.count(F.lit(1)).over(per_key))
+    return (reduced.withColumn("_rank", F.row_number().over(per_key.orderBy(F.col("_seq").desc())))
+            .where("_rank = 1").drop("_rank")
             .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
             .withColumn("_merged_at", F.current_timestamp()))
 

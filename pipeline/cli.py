@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--as-of-source", metavar="TIME", help="verify the state rebuilt as of this source time")
     verify.set_defaults(handler=cmd_verify)
 
+    maintain = commands.add_parser("maintain", help="compact, expire old snapshots and delete orphan files")
+    maintain.add_argument("--tables", help="comma-separated tables (default: every changelog table and its mirror)")
+    maintain.set_defaults(handler=cmd_maintain)
+
     config = commands.add_parser("config", help="print the effective configuration (secrets masked)")
     config.set_defaults(handler=cmd_config)
     return parser
@@ -289,6 +293,15 @@ def cmd_verify(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     bad = sum(v.mismatches for v in verdicts)
     print(f"verify: {'OK' if not bad else f'{bad} mismatches'} ({len(verdicts)} tables)")
     return EXIT_OK if not bad else EXIT_MISMATCH
+
+
+def cmd_maintain(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.maintain import maintain_lake
+    from pipeline.spark import get_spark
+
+    for report in maintain_lake(cfg, get_spark(cfg), _split(args.tables)):
+        print(report.line())
+    return EXIT_OK
 
 
 def cmd_config(cfg: PipelineConfig, args: argparse.Namespace) -> int:

@@ -212,7 +212,8 @@ class MaintenanceSettings(_Section):
     """`pipeline maintain`: compaction, snapshot expiry and orphan-file cleanup for both stages' tables."""
 
     retain_hours: float = Field(168.0, ge=0, description="time-travel window kept by snapshot expiry")
-    orphan_age_hours: float = Field(72.0, ge=0, description="unreferenced files older than this are deleted")
+    orphan_age_hours: float = Field(72.0, ge=24, description="unreferenced files older than this are deleted; "
+                                    "Iceberg refuses less than 24 h (a running write's files look unreferenced)")
     target_file_mb: int = Field(128, ge=1, description="compaction's target data file size")
 
 

@@ -127,26 +127,25 @@ class MirrorStage:
         source, target = self._changelog(name), lake_table(self.cfg, self.spark, self.settings.namespace, name)
         keys = table_keys(self.cfg, name, source)
         through = source.commit_id()
-        after = _as_commit(target.commit_metadata(WATERMARK)) if target.exists() else None
+        after = watermark(target)
         if through is None or after == through:
             return TableReport(name, 0, 0, 0, after, time.perf_counter() - started)
-        changes = source.read_appended(after, through).persist()
-        try:
-            held_back = changes.where(f"{POSITION} > {limit}").count() if limit is not None else 0
-            if limit is not None:
-                changes = changes.where(f"{POSITION} <= {limit}")
-            count = changes.count()
-            reduced = latest_per_key(changes, keys)
+        landed = source.read_appended(after, through)
+        held_back = landed.where(f"{POSITION} > {limit}").count() if limit is not None else 0
+        changes = landed.where(f"{POSITION} <= {limit}") if limit is not None else landed
+        # One pass over the new rows: reduce, and materialise the result once for the count and the MERGE
+        # (a lost executor fails the run, and a re-run is safe).
+        reduced = latest_per_key(changes, keys, count_as="_changes").localCheckpoint()
+        totals = reduced.selectExpr("count(*) AS merged", "coalesce(sum(_changes), 0) AS changes").first()
+        merged, count = int(totals["merged"]), int(totals["changes"])  # type: ignore[index]
+        reduced = reduced.drop("_changes")
+        # Held-back rows must be read again: the watermark only moves past commits merged in full.
+        merged_through = after if held_back else through
+        if merged:
             self._prepare(target, reduced, name)
-            # Held-back rows must be read again: the watermark only moves past commits merged in full.
-            watermark = after if held_back else through
-            metadata = {WATERMARK: str(watermark)} if watermark is not None else {}
-            merged = reduced.count()
-            if merged:
-                target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
-        finally:
-            changes.unpersist()
-        return TableReport(name, count, merged, held_back, watermark, time.perf_counter() - started)
+            metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
+            target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
+        return TableReport(name, count, merged, held_back, merged_through, time.perf_counter() - started)
 
     def _changelog(self, name: str) -> LakeTable:
         return lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
@@ -181,5 +180,7 @@ def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
     return keys
 
 
-def _as_commit(value: str | None) -> int | None:
-    return int(value) if value else None
+def watermark(mirror: LakeTable) -> int | None:
+    """The changelog commit a mirror has merged through; None before its first merge."""
+    found = mirror.commit_metadata(WATERMARK) if mirror.exists() else None
+    return int(found[1]) if found else None

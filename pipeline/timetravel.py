@@ -61,7 +61,12 @@ def key_filter(spark_types: dict[str, str], keys: list[str], key: str) -> str:
     values = key.split(",")
     if len(values) != len(keys):
         raise QueryError(f"--key {key!r} has {len(values)} value(s); the table's key is ({', '.join(keys)})")
-    return " AND ".join(f"`{k}` = CAST('{v.replace(chr(39), '')}' AS {spark_types[k]})" for k, v in zip(keys, values))
+    return " AND ".join(f"`{k}` = CAST({_literal(v)} AS {spark_types[k]})" for k, v in zip(keys, values))
+
+
+def _literal(value: str) -> str:
+    """A Spark SQL string literal holding `value` exactly."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> DataFrame:

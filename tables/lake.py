@@ -42,7 +42,7 @@ class LakeTable(Protocol):
     def read(self, as_of: int | str | None = None) -> DataFrame: ...
     def read_appended(self, after: int | None, through: int) -> DataFrame: ...
     def read_with_commits(self, where: str) -> DataFrame: ...
-    def commit_metadata(self, key: str) -> str | None: ...
+    def commit_metadata(self, key: str) -> tuple[int, str] | None: ...
     def fields(self) -> list[StructField]: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
     def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None: ...
@@ -118,10 +118,11 @@ class IcebergLakeTable:
                 .withColumn("_rank", F.row_number().over(first)).where("_rank = 1")
                 .drop("_rank", "_committed_at", "_commit_batch"))
 
-    def commit_metadata(self, key: str) -> str | None:
-        row = self.spark.sql(f"SELECT s.summary['{key}'] AS value FROM {self.ref}.snapshots s "
-                             f"WHERE s.summary['{key}'] IS NOT NULL ORDER BY s.committed_at DESC LIMIT 1").first()
-        return row["value"] if row else None
+    def commit_metadata(self, key: str) -> tuple[int, str] | None:
+        """The newest commit carrying metadata `key`, and the value: (commit id, value)."""
+        row = self.spark.sql(f"SELECT snapshot_id, summary['{key}'] AS value FROM {self.ref}.snapshots "
+                             f"WHERE summary['{key}'] IS NOT NULL ORDER BY committed_at DESC LIMIT 1").first()
+        return (int(row["snapshot_id"]), row["value"]) if row else None
 
     def fields(self) -> list[StructField]:
         return list(self.spark.table(self.ref).schema.fields)
@@ -141,10 +142,10 @@ class IcebergLakeTable:
         writer.create()
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
+        """`source` must be materialised (`localCheckpoint`): Spark 4.1 fails to plan a MERGE whose source
+        still reads an Iceberg table of the same catalog ("No plan for TableReference")."""
         view = f"changes_{self.name}"
-        # Materialised first: Spark 4.1 fails to plan a MERGE whose source still reads an Iceberg table of the
-        # same catalog ("No plan for TableReference"). A lost executor fails the run, which is safe to re-run.
-        source.localCheckpoint().createOrReplaceTempView(view)
+        source.createOrReplaceTempView(view)
         with _session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
             self.spark.sql(merge_sql(self.ref, view, clauses))
         self.spark.catalog.dropTempView(view)
@@ -209,14 +210,14 @@ class DeltaLakeTable:
         return (self._feed(0, None).where("_change_type = 'insert'").where(where).withColumnRenamed("_commit_version", "_commit")
                 .drop("_change_type", "_commit_timestamp"))
 
-    def commit_metadata(self, key: str) -> str | None:
+    def commit_metadata(self, key: str) -> tuple[int, str] | None:
         from delta.tables import DeltaTable
 
         for row in (DeltaTable.forPath(self.spark, self.ref).history().where("userMetadata IS NOT NULL")
-                    .orderBy("version", ascending=False).select("userMetadata").toLocalIterator()):
+                    .orderBy("version", ascending=False).select("version", "userMetadata").toLocalIterator()):
             value = json.loads(row["userMetadata"]).get(key)
             if value is not None:
-                return str(value)
+                return int(row["version"]), str(value)
         return None
 
     def fields(self) -> list[StructField]:

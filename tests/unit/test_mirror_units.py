@@ -1,0 +1,83 @@
+"""The mirror's pure parts: MERGE text, time-travel SQL, key predicates, intervals and settings."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+
+import pytest
+
+from cdc.merge import merge_clauses, merge_sql
+from pipeline.cli import _interval
+from pipeline.timetravel import QueryError, as_of_sql, key_filter
+from tests.conftest import REPO, make_config
+
+
+META = ["_op", "_seq", "_source_ts", "_source", "_is_deleted", "_deleted_at", "_merged_at"]
+
+
+def test_soft_delete_merge_keeps_values_and_never_regresses() -> None:
+    sql = merge_sql("lake.mirror.t", "changes", merge_clauses(["id", "name", *META], ["id"], "soft"))
+    lines = sql.splitlines()
+    assert lines[0] == "MERGE INTO lake.mirror.t t USING changes s ON t.`id` = s.`id`"
+    delete, update, insert = lines[1:]
+    assert delete.startswith("WHEN MATCHED AND s._seq > t._seq AND s._is_deleted THEN UPDATE SET")
+    assert "t.`name`" not in delete  # a soft delete keeps the last known values
+    assert "t.`_is_deleted` = s.`_is_deleted`" in delete
+    assert update.startswith("WHEN MATCHED AND s._seq > t._seq THEN UPDATE SET") and "t.`name` = s.`name`" in update
+    assert insert.startswith("WHEN NOT MATCHED THEN INSERT")  # a first-seen delete is kept as a deleted row
+
+
+def test_hard_delete_merge_removes_rows_and_skips_unseen_deletes() -> None:
+    clauses = merge_clauses(["id", *META], ["id"], "hard")
+    sql = merge_sql("m", "c", clauses)
+    assert "WHEN MATCHED AND s._seq > t._seq AND s._is_deleted THEN DELETE" in sql
+    assert "WHEN NOT MATCHED AND NOT s._is_deleted THEN INSERT" in sql
+
+
+def test_composite_keys_join_on_every_column() -> None:
+    assert merge_clauses(["a", "b", *META], ["a", "b"], "soft").on == "t.`a` = s.`a` AND t.`b` = s.`b`"
+
+
+def test_as_of_pins_every_table_but_not_subqueries() -> None:
+    sql = "SELECT * FROM mirror.a JOIN mirror.b ON a.id = b.id WHERE x IN (SELECT id FROM (SELECT 1 AS id))"
+    assert as_of_sql(sql, "123") == ("SELECT * FROM mirror.a VERSION AS OF 123 JOIN mirror.b VERSION AS OF 123 "
+                                     "ON a.id = b.id WHERE x IN (SELECT id FROM (SELECT 1 AS id))")
+    assert as_of_sql("select * from t", "2026-11-22 18:00:00") == "select * from t TIMESTAMP AS OF '2026-11-22 18:00:00'"
+    with pytest.raises(QueryError, match="FROM <table>"):
+        as_of_sql("SELECT 1", "5")
+
+
+def test_key_filter_casts_values_to_the_key_types() -> None:
+    assert key_filter({"id": "int"}, ["id"], "299") == "`id` = CAST('299' AS int)"
+    assert key_filter({"a": "bigint", "b": "string"}, ["a", "b"], "1,x") == \
+        "`a` = CAST('1' AS bigint) AND `b` = CAST('x' AS string)"
+    assert key_filter({"id": "string"}, ["id"], "'; DROP TABLE t") == "`id` = CAST('\\'; DROP TABLE t' AS string)"
+    with pytest.raises(QueryError, match=r"the table's key is \(a, b\)"):
+        key_filter({"a": "int", "b": "int"}, ["a", "b"], "1")
+
+
+def test_intervals() -> None:
+    assert [_interval(v) for v in ("90", "30s", "5m", "1h")] == [90, 30, 300, 3600]
+    for bad in ("soon", "0s", "-5m"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _interval(bad)
+
+
+def test_mirror_settings_take_per_table_maps() -> None:
+    cfg = make_config("mirror.keys.moma_artists=artist_id", "mirror.keys.hr_employee=employee_id, team",
+                      "mirror.partition_by.moma_artists=nationality", "mirror.tables=moma_artists,hr_employee")
+    assert cfg.mirror.key_columns("moma_artists") == ["artist_id"]
+    assert cfg.mirror.key_columns("hr_employee") == ["employee_id", "team"]
+    assert cfg.mirror.partition_columns("moma_artists") == ["nationality"]
+    assert cfg.mirror.key_columns("unknown") == []
+    assert cfg.mirror.tables == ["moma_artists", "hr_employee"]
+
+
+def test_airflow_dag_runs_the_cli() -> None:
+    source = (REPO / "pipeline" / "schedules" / "airflow_mirror.py").read_text()
+    tree = ast.parse(source)
+    commands = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+    assert any("python -m pipeline" in c for c in commands)
+    assert {"mirror", "maintain"} <= {kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                                      for kw in node.keywords if kw.arg == "task_id"}
