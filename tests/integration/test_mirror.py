@@ -48,9 +48,9 @@ class Source:
         Simulation(options, KafkaTransport(self.cfg.kafka), truth, serde_from_settings(self.cfg.registry, self.cfg.aws)).run(progress=False)
         return truth
 
-    def land(self, spark) -> None:
+    def land(self, spark, **settings) -> None:
         changelog = self.cfg.changelog.model_copy(update={"topic_pattern": rf"{self.prefix}\..*",
-                                                           "checkpoint": str(self.folder / "checkpoint")})
+                                                           "checkpoint": str(self.folder / "checkpoint"), **settings})
         ChangelogStage(self.cfg.model_copy(update={"changelog": changelog}), spark).run(until_caught_up=True)
 
     def tables(self) -> list[str]:
@@ -237,8 +237,7 @@ def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(
         update={"retain_hours": 0.0, "orphan_age_hours": 24.0})})
     source = Source(cfg, prefix, tmp_path)
     truth = source.simulate(events=600)
-    source.land(spark)
-    source.land(spark)  # nothing new: a second changelog run commits nothing
+    source.land(spark, max_offsets_per_trigger=150)  # several small commits, several small files
     MirrorStage(cfg, spark).run_once()
     mirror = lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists")
     data_file = (mirror.read().inputFiles() if lake_format == "delta"
