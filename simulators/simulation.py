@@ -3,6 +3,7 @@ fault injector perturbs the stream, and a transport delivers it."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections import Counter
@@ -140,13 +141,8 @@ class Simulation:
     def _changes(self, started: float) -> Iterator[Change]:
         """Snapshot, then transactions, until the event count or the duration is reached."""
         options, emitted = self.options, 0
-
-        def stream() -> Iterator[Change]:
-            yield from self.source.snapshot()
-            for transaction in self.source.transactions():
-                yield from transaction
-
-        for change in stream():
+        stream = itertools.chain(self.source.snapshot(), itertools.chain.from_iterable(self.source.transactions()))
+        for change in stream:
             if emitted >= options.events or (options.duration_s and time.perf_counter() - started > options.duration_s):
                 return
             if options.evolve_at is not None and emitted == options.evolve_at:
