@@ -1,13 +1,16 @@
 """`pipeline changelog`: CDC events from Kafka, decoded on the JVM, appended once to per-table Iceberg tables.
 
-Each micro-batch is decoded per writer schema id with Spark's `from_avro` (writer schema from the registry,
-the subject's latest version as the reader schema), normalised into the canonical change record (`cdc/`), and
+Each micro-batch is planned in one job (rows per topic, value kind and writer schema id), then each topic is
+decoded in one pass: registry-framed Avro (`registry.wire_format`: Confluent, Apicurio legacy or Glue) with
+one `from_avro` per writer schema id (the subject's latest version as the reader schema), DMS JSON through a
+variant (`cdc/decode.py`). Changes are normalised into the canonical change record (`cdc/normalize.py`) and
 routed by topic `<db>.<schema>.<table>` to `<catalog>.changelog.<db>_<table>` (Iceberg) or
 `<lake.delta_root>/changelog/<db>_<table>` (Delta). Records that cannot be decoded go, with their raw bytes and
 the reason, to the `dead_letters` table beside them; they never block a partition.
 
 Exactly once: the checkpoint is the only offset store, and every table append is idempotent per (query id,
-batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote.
+batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote. The
+checkpoint is bound to the subscription and target it was made for. Kafka or registry outages are waited out.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = structlog.get_logger(__name__)
+
 
 class StageError(RuntimeError):
     """The stage cannot run as configured; the message says which setting to change."""
@@ -178,17 +182,17 @@ class ChangelogStage:
         """A checkpoint records how far a subscription was read into one target; reading other topics, or
         into another target, from it would skip or mix data. The stage writes what it is for beside Spark's
         own files on first use (through Spark, so S3 checkpoints work) and refuses a mismatch."""
-        from pyspark.errors import AnalysisException
-
         settings = self.cfg.changelog
         path = f"{settings.checkpoint}/pipeline-changelog"
         mine = {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern,
                 "target": self.target}
-        try:
-            found = json.loads(self.spark.read.text(path).first()["value"])  # type: ignore[index]
-        except AnalysisException:  # a new checkpoint, or one from before the stage recorded this
+        jvm = self.spark.sparkContext._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        if not hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path):
+            # a new checkpoint, or one from before the stage recorded what it is for
             self.spark.createDataFrame([(json.dumps(mine),)], "value string").coalesce(1).write.text(path)
             return
+        found = json.loads(self.spark.read.text(path).first()["value"])  # type: ignore[index]
         if found != mine:
             raise StageError(f"the checkpoint {settings.checkpoint} belongs to a changelog stage with {found}, "
                              f"but this one has {mine}: give this configuration its own changelog.checkpoint, "
