@@ -8,7 +8,7 @@ table's columns, then `_op`, `_is_deleted`, `_source_ts`, `_seq`, `_source`, `_t
 compared left to right. Snapshot reads get `source_major = 0`, so they order before every live change.
 - Debezium (envelope): `source.sequence = [last commit LSN, event LSN]`, or the LSN when the sequence is absent.
 - Debezium (unwrapped): `__lsn`; one key's changes are LSN-ordered since row locks serialise its writers.
-- DMS: the commit time in microseconds, then the record's position in its transaction.
+- DMS (Avro or JSON): the commit time in microseconds, then the record's position in its transaction.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def detect_format(writer_schema: dict) -> str:
 
 def normalize(decoded: DataFrame, fmt: str, db: str) -> DataFrame:
     """The canonical change record for one format; `db` names the source database (from the topic)."""
-    row, meta = {"debezium": _debezium, "debezium-unwrapped": _unwrapped, "dms": _dms}[fmt](decoded, db)
+    row, meta = FORMATS[fmt](decoded, db, fmt)
     seq_major, seq_minor = meta.pop("_seq_major"), meta.pop("_seq_minor")
     return decoded.select(
         *row,
@@ -72,7 +72,7 @@ def _row_columns(decoded: DataFrame, path: str, exclude: tuple[str, ...] = ()) -
     return [name for name in struct.fieldNames() if name not in exclude]  # type: ignore[attr-defined]
 
 
-def _debezium(decoded: DataFrame, db: str) -> tuple[list[Column], dict[str, Column]]:
+def _debezium(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
     v = F.col("v")
     image = F.coalesce(v["after"], v["before"])
     names = _row_columns(decoded, "v.after")
@@ -85,13 +85,13 @@ def _debezium(decoded: DataFrame, db: str) -> tuple[list[Column], dict[str, Colu
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(
             F.coalesce(sequence[0].cast("long"), v["source"]["lsn"])),
         "_seq_minor": F.coalesce(sequence[1].cast("long"), v["source"]["lsn"]),
-        "_source": _source("debezium", v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
+        "_source": _source(fmt, v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
                            v["source"]["table"], v["source"]["txId"], snapshot),
     }
     return [image[name].alias(name) for name in names], meta
 
 
-def _unwrapped(decoded: DataFrame, db: str) -> tuple[list[Column], dict[str, Column]]:
+def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
     v = F.col("v")
     names = _row_columns(decoded, "v", exclude=UNWRAPPED_FIELDS)
     snapshot = v["__op"] == "r"
@@ -101,13 +101,13 @@ def _unwrapped(decoded: DataFrame, db: str) -> tuple[list[Column], dict[str, Col
         "_source_ts": F.timestamp_millis(v["__source_ts_ms"]),
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(v["__lsn"]),
         "_seq_minor": v["__lsn"],
-        "_source": _source("debezium-unwrapped", F.lit("debezium"), v["__db"], v["__schema"], v["__table"],
+        "_source": _source(fmt, F.lit("debezium"), v["__db"], v["__schema"], v["__table"],
                            F.lit(None), snapshot),
     }
     return [v[name].alias(name) for name in names], meta
 
 
-def _dms(decoded: DataFrame, db: str) -> tuple[list[Column], dict[str, Column]]:
+def _dms(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
     v, meta_in = F.col("v"), F.col("v")["metadata"]
     names = _row_columns(decoded, "v.data")
     op = F.coalesce(*[F.when(meta_in["operation"] == dms, F.lit(canonical)) for dms, canonical in DMS_OPS.items()])
@@ -119,7 +119,10 @@ def _dms(decoded: DataFrame, db: str) -> tuple[list[Column], dict[str, Column]]:
         "_source_ts": source_ts,
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(F.unix_micros(source_ts)),
         "_seq_minor": meta_in["transaction_record_id"],
-        "_source": _source("dms", F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
+        "_source": _source(fmt, F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
                            meta_in["transaction_id"], snapshot),
     }
     return [v["data"][name].alias(name) for name in names], meta
+
+
+FORMATS = {"debezium": _debezium, "debezium-unwrapped": _unwrapped, "dms": _dms, "dms-json": _dms}

@@ -1,20 +1,22 @@
 """`pipeline changelog`: CDC events from Kafka, decoded on the JVM, appended once to per-table Iceberg tables.
 
-Each micro-batch is decoded per writer schema id with Spark's `from_avro` (writer schema from the registry,
-the subject's latest version as the reader schema), normalised into the canonical change record (`cdc/`), and
+Each micro-batch is planned in one job (rows per topic, value kind and writer schema id), then each topic is
+decoded in one pass: registry-framed Avro (`registry.wire_format`: Confluent, Apicurio legacy or Glue) with
+one `from_avro` per writer schema id (the subject's latest version as the reader schema), DMS JSON through a
+variant (`cdc/decode.py`). Changes are normalised into the canonical change record (`cdc/normalize.py`) and
 routed by topic `<db>.<schema>.<table>` to `<catalog>.changelog.<db>_<table>` (Iceberg) or
 `<lake.delta_root>/changelog/<db>_<table>` (Delta). Records that cannot be decoded go, with their raw bytes and
 the reason, to the `dead_letters` table beside them; they never block a partition.
 
 Exactly once: the checkpoint is the only offset store, and every table append is idempotent per (query id,
-batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote.
+batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote. The
+checkpoint is bound to the subscription and target it was made for. Kafka or registry outages are waited out.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import operator
 import signal
 import threading
 import time
@@ -24,20 +26,20 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from cdc import decode, framing
+from cdc.framing import Framing, Kind
 from cdc.normalize import detect_format, normalize
 from pipeline import kafka
 from pipeline.config import PipelineConfig
 from registry.backend import RegistryError
-from registry.ccompat import ConfluentCompatClient
-from tables.append import Appender, DeltaAppender, IcebergAppender
+from registry.resolver import resolver_from_settings
+from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = structlog.get_logger(__name__)
-
-HEADER_BYTES = 5  # Confluent framing: magic byte 0 and a 4-byte schema id
 
 
 class StageError(RuntimeError):
@@ -47,7 +49,7 @@ class StageError(RuntimeError):
 def check_services(cfg: PipelineConfig) -> None:
     """Fail before any query starts when Kafka or the registry does not answer, naming which and where."""
     kafka.topic_names(cfg.kafka)
-    ConfluentCompatClient.from_settings(cfg.registry).subjects()
+    resolver_from_settings(cfg.registry, cfg.aws).check()
 
 
 @dataclass
@@ -60,20 +62,44 @@ class BatchReport:
     skipped: list[str] = field(default_factory=list)  # tables this batch had already committed (a replay)
 
 
+@dataclass
+class TopicPlan:
+    """What one topic brought in a batch: rows by kind, framed rows by writer schema id, DMS JSON row type."""
+
+    topic: str
+    rows: int = 0
+    tombstones: int = 0
+    unframed: int = 0
+    json_rows: int = 0
+    row_type: str | None = None
+    framed: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: Kind, schema_id: str | None, rows: int, row_type: str | None) -> None:
+        self.rows += rows
+        if kind is Kind.TOMBSTONE:
+            self.tombstones += rows
+        elif kind is Kind.UNFRAMED:
+            self.unframed += rows
+        elif kind is Kind.JSON:
+            self.json_rows, self.row_type = rows, row_type
+        else:
+            self.framed[str(schema_id)] = rows
+
+
 class ChangelogStage:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
         if not (cfg.changelog.topics or cfg.changelog.topic_pattern):
             raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
                              "(e.g. --set changelog.topic_pattern='moma\\..*')")
-        if cfg.registry.backend != "ccompat" or cfg.registry.wire_format != "confluent":
-            raise StageError("the changelog stage reads Confluent-framed Avro through the Confluent-compatible "
-                             "API for now: set registry.backend = 'ccompat' and registry.wire_format = 'confluent'")
         self.cfg = cfg
         self.spark = spark
-        self.registry = ConfluentCompatClient.from_settings(cfg.registry)
+        self.resolver = resolver_from_settings(cfg.registry, cfg.aws)
+        self.framing = Framing.of(cfg.registry.wire_format)
         self.namespace = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
-        self.appender: Appender = (DeltaAppender(spark, f"{cfg.lake.delta_root}/{cfg.changelog.namespace}")
-                                   if cfg.lake.format == "delta" else IcebergAppender(spark, self.namespace))
+        delta_root = f"{cfg.lake.delta_root}/{cfg.changelog.namespace}"
+        self.target = f"delta tables under {delta_root}" if cfg.lake.format == "delta" else f"iceberg {self.namespace}"
+        self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
+                                   else IcebergAppender(spark, self.namespace))
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
 
@@ -100,29 +126,77 @@ class ChangelogStage:
     def run(self, until_caught_up: bool = False) -> None:
         """Run the query, logging one progress line per batch; SIGTERM lets the running batch finish.
 
-        When the query fails it restarts from the checkpoint with backoff, up to `changelog.max_restarts` times
-        in a row (a restart replays the unfinished batch, which is idempotent). One failure is expected after a
-        crash: Spark 4.1's Kafka source throws a NullPointerException while reporting lag for a batch replayed
-        from the offset log, after that batch has committed.
+        When the query fails while Kafka or the registry does not answer, the outage is logged by name and
+        address and waited out with backoff, then the query restarts from its checkpoint. Other failures
+        restart it with backoff up to `changelog.max_restarts` times in a row (a restart replays the unfinished
+        batch, which is idempotent). One failure is expected after a crash: Spark 4.1's Kafka source throws a
+        NullPointerException while reporting lag for a batch replayed from the offset log, after that batch
+        has committed.
         """
         from pyspark.errors import StreamingQueryException
 
         check_services(self.cfg)
+        self._check_checkpoint()
         stopping = threading.Event()
         self._on_sigterm(stopping)
         restarts = 0
-        while True:
+        while not stopping.is_set():
             query = self.start(until_caught_up)
             try:
                 self._watch(query, stopping)
                 return
             except StreamingQueryException as exc:
+                error = str(exc).splitlines()[0][:300]
+                if self._wait_out_outage(stopping):
+                    log.info("changelog.restart", after="outage", error=error)
+                    continue
                 if restarts >= self.cfg.changelog.max_restarts:
                     raise
                 restarts += 1
                 delay = min(60.0, 2.0 ** restarts)
-                log.warning("changelog.restart", attempt=restarts, seconds=delay, error=str(exc).splitlines()[0][:300])
-                time.sleep(delay)
+                log.warning("changelog.restart", attempt=restarts, seconds=delay, error=error)
+                stopping.wait(delay)
+
+    def _wait_out_outage(self, stopping: threading.Event) -> bool:
+        """After a failed query: while Kafka or the registry does not answer, log which one and where and wait
+        with backoff (up to a minute between tries). False when both answer: the failure was something else."""
+        delay, outage = 1.0, False
+        while not stopping.is_set():
+            try:
+                kafka.topic_names(self.cfg.kafka)
+                self.resolver.check()
+            except (kafka.KafkaUnavailable, RegistryError) as exc:
+                outage = True
+                service = "kafka" if isinstance(exc, kafka.KafkaUnavailable) else "registry"
+                address = self.cfg.kafka.bootstrap_servers if service == "kafka" else self.resolver.address
+                log.warning("changelog.outage", service=service, address=address, retry_in_s=delay, error=str(exc))
+                stopping.wait(delay)
+                delay = min(60.0, delay * 2)
+                continue
+            if outage:
+                log.info("changelog.recovered")
+            return outage
+        return outage
+
+    def _check_checkpoint(self) -> None:
+        """A checkpoint records how far a subscription was read into one target; reading other topics, or
+        into another target, from it would skip or mix data. The stage writes what it is for beside Spark's
+        own files on first use (through Spark, so S3 checkpoints work) and refuses a mismatch."""
+        settings = self.cfg.changelog
+        path = f"{settings.checkpoint}/pipeline-changelog"
+        mine = {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern,
+                "target": self.target}
+        jvm = self.spark.sparkContext._jvm
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
+        if not hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path):
+            # a new checkpoint, or one from before the stage recorded what it is for
+            self.spark.createDataFrame([(json.dumps(mine),)], "value string").coalesce(1).write.text(path)
+            return
+        found = json.loads(self.spark.read.text(path).first()["value"])  # type: ignore[index]
+        if found != mine:
+            raise StageError(f"the checkpoint {settings.checkpoint} belongs to a changelog stage with {found}, "
+                             f"but this one has {mine}: give this configuration its own changelog.checkpoint, "
+                             "or run with the settings the checkpoint was made with")
 
     def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
         logged = -1
@@ -160,82 +234,96 @@ class ChangelogStage:
     # -- one micro-batch -----------------------------------------------------------------------------
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
+        """One job plans the batch (rows per topic, kind and schema id, and DMS JSON row types) and caches
+        its rows; then each topic's rows are decoded and appended in one pass. Dead letters are gathered
+        from what the plan and the appends' observed counts say is there, and appended once."""
         from pyspark.sql import functions as F
 
         report = BatchReport(batch_id)
-        raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp").persist()
+        raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp",
+                           self.framing.schema_id().alias("schema_id"))
+        raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
         try:
-            report.rows_in = raw.count()
-            report.tombstones = raw.where(F.col("value").isNull()).count()
-            framed = raw.where(F.col("value").isNotNull()).withColumn(
-                "schema_id",
-                F.when((F.length("value") >= HEADER_BYTES) & (F.hex(F.substring("value", 1, 1)) == "00"),
-                       F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("long")))
-            dead = [self._dead(framed.where(F.col("schema_id").isNull()), "WireFormatError",
-                               "not a Confluent-framed message: the first byte must be 0 and a 4-byte schema id follow")]
-            pairs = framed.where(F.col("schema_id").isNotNull()).select("topic", "schema_id").distinct().collect()
-            by_topic: dict[str, list[int]] = {}
-            for row in pairs:
-                by_topic.setdefault(row["topic"], []).append(int(row["schema_id"]))
-            for topic, schema_ids in sorted(by_topic.items()):
-                dead += self._topic(framed.where(F.col("topic") == topic), topic, schema_ids, batch_id, report)
-            letters = functools.reduce(type(raw).unionByName, dead)
-            report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
-                                               partition_by_source_time=False)
+            plans = self._plan(raw)
+            report.rows_in = sum(plan.rows for plan in plans.values())
+            report.tombstones = sum(plan.tombstones for plan in plans.values())
+            dead = []
+            if any(plan.unframed for plan in plans.values()):
+                dead.append(self._dead(raw.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
+                                       f"not a {self.framing.wire} registry frame nor a DMS JSON object: "
+                                       f"the first byte must be {self.framing.magic} and a schema id follow"))
+            for topic, plan in sorted(plans.items()):
+                dead += self._topic(raw.where(F.col("topic") == topic), plan, batch_id, report)
+            if dead:
+                letters = functools.reduce(type(raw).unionByName, dead)
+                report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
+                                                   partition_by_source_time=False).rows
         finally:
             raw.unpersist()
         self.reports.append(report)
 
-    def _topic(self, framed: DataFrame, topic: str, schema_ids: list[int], batch_id: int,
-               report: BatchReport) -> list[DataFrame]:
-        """Decode one topic's messages per writer schema id into its reader schema; write; return dead letters."""
+    def _plan(self, raw: DataFrame) -> dict[str, TopicPlan]:
         from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import from_avro
 
-        db, table = topic.split(".")[0], topic.rsplit(".", 1)[-1]
-        try:
-            reader = self.registry.latest(f"{topic}-value").schema
-        except RegistryError as exc:
-            if exc.status != 404:
-                raise
-            raise RegistryError(f"topic {topic} carries registry-framed messages, but the subject {topic}-value has "
-                                f"no schema at {self.registry.address}: register it, or leave the topic out of "
-                                "changelog.topics / changelog.topic_pattern", status=404) from None
-        fmt = detect_format(json.loads(reader))
-        decoded, dead = [], []
-        for schema_id in schema_ids:
-            rows = framed.where(F.col("schema_id") == schema_id)
-            try:
-                writer = self.registry.schema(schema_id)
-            except RegistryError as exc:
-                if exc.status != 404:
-                    raise  # the registry is down: fail the batch, it is retried from the checkpoint
-                dead.append(self._dead(rows, "UnknownSchemaId", f"schema id {schema_id} is not in the registry"))
-                continue
-            body = F.expr(f"substring(value, {HEADER_BYTES + 1}, length(value) - {HEADER_BYTES})")
-            decoded.append(rows.withColumn("v", from_avro(body, writer, {"avroSchema": reader, "mode": "PERMISSIVE"})))
+        json_rows = F.when(F.col("kind") == Kind.JSON.value, F.col("value"))
+        groups = (raw.groupBy("topic", "kind", "schema_id")
+                  .agg(F.count(F.lit(1)).alias("rows"),
+                       decode.dms_json_row_type(json_rows).alias("row_type")).collect())
+        plans: dict[str, TopicPlan] = {}
+        for group in groups:
+            plan = plans.setdefault(group["topic"], TopicPlan(group["topic"]))
+            plan.add(Kind(group["kind"]), group["schema_id"], group["rows"], group["row_type"])
+        return plans
+
+    def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport) -> list[DataFrame]:
+        """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
+        decoded: list[tuple[str, DataFrame, str, str]] = []  # (format, rows with `v` and `_valid`, dead letter)
+        dead: list[DataFrame] = []
+        unknown: list[str] = []
+        by_reader: dict[str, dict[str, str]] = {}
+        for schema_id in sorted(plan.framed):
+            writer = self.resolver.writer(schema_id)
+            if writer is None:
+                unknown.append(schema_id)
+            else:
+                by_reader.setdefault(self.resolver.reader(plan.topic, writer), {})[schema_id] = writer
+        framed = rows.where(F.col("kind") == Kind.FRAMED.value)
+        if unknown:
+            dead.append(self._dead(framed.where(F.col("schema_id").isin(unknown)), "UnknownSchemaId",
+                                   f"the schema id is not in the registry at {self.resolver.address}"))
+        for reader, writers in by_reader.items():
+            fmt = detect_format(json.loads(reader))
+            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader)
+            decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names"))
+        if plan.json_rows:
+            part = decode.dms_json(rows.where(F.col("kind") == Kind.JSON.value), plan.row_type)
+            decoded.append(("dms-json", part, "WireFormatError",
+                            "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
+                            "(operation, timestamp, transaction-record-id)"))
         if not decoded:
             return dead
-        union = functools.reduce(type(framed).unionByName, decoded)
-        # PERMISSIVE from_avro yields a record of nulls for a body it cannot read; a real record never is one,
-        # since every CDC record has required fields (the key, Debezium's op, DMS's data and metadata).
-        fields = union.schema["v"].dataType.fieldNames()  # type: ignore[attr-defined]
-        malformed = F.col("v").isNull() | functools.reduce(operator.and_, [F.col("v")[f].isNull() for f in fields])
-        dead.append(self._dead(union.where(malformed).drop("v"), "MalformedAvro",
-                               "the body does not decode with the schema its header names"))
-        changes = normalize(union.where(~malformed), fmt, db)
-        self._append(changes, f"{db}_{table}", batch_id, report)
+        observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
+        changes = functools.reduce(
+            lambda a, b: a.unionByName(b, allowMissingColumns=True),
+            [normalize(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n")).where(decode.VALID), fmt, db)
+             for (fmt, part, _, _), seen in zip(decoded, observations)])
+        done = self._append(changes, f"{db}_{table}", batch_id, report)
+        for (_, part, error_class, message), seen in zip(decoded, observations):
+            if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
+                dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))
         return dead
 
-    def _dead(self, rows: DataFrame, error_class: str, message: str) -> DataFrame:
+    @staticmethod
+    def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
         from pyspark.sql import functions as F
 
-        return rows.select(
-            "key", "value", "topic", "partition", "offset", "timestamp",
-            F.col("schema_id").cast("string").alias("schema_id") if "schema_id" in rows.columns
-            else F.lit(None).cast("string").alias("schema_id"),
-            F.lit(error_class).alias("error_class"), F.lit(message).alias("error_message"),
-        )
+        return rows.select("key", "value", "topic", "partition", "offset", "timestamp",
+                           F.col("schema_id").cast("string").alias("schema_id"),
+                           F.lit(error_class).alias("error_class"), F.lit(message).alias("error_message"))
 
     # -- idempotent appends --------------------------------------------------------------------------
 
@@ -248,7 +336,7 @@ class ChangelogStage:
         return self._id
 
     def _append(self, rows: DataFrame, name: str, batch_id: int, report: BatchReport,
-                partition_by_source_time: bool = True) -> int:
+                partition_by_source_time: bool = True) -> Appended:
         from pyspark.sql import functions as F
 
         rows = rows.withColumn("_ingested_at", F.current_timestamp()).withColumn("_batch_id", F.lit(batch_id).cast("long"))
@@ -257,4 +345,4 @@ class ChangelogStage:
             report.skipped.append(done.table)
         elif done.rows:
             report.tables[done.table] = done.rows
-        return done.rows
+        return done

@@ -31,10 +31,14 @@ class AvroSerde:
     def serialize(self, topic: str, schema: SchemaLike, record: Any, is_key: bool = False) -> bytes:
         """Pass an `AvroSchema` or the schema text on a hot path; a dict is dumped to text on every call."""
         schema = avro_schema(schema)
-        frame = self._framers.get((topic, is_key, schema.text))
-        if frame is None:
-            frame = self._framers[(topic, is_key, schema.text)] = self._framer(topic, schema, is_key)
-        return frame(encode(schema, record))
+        return self._frame(topic, schema, is_key)(encode(schema, record))
+
+    def serializer(self, topic: str, schema: SchemaLike, is_key: bool = False) -> Callable[[Any], bytes]:
+        """`serialize` bound to one topic and schema, registered now: a hot path that keeps it skips the schema
+        and framer lookups on every record."""
+        schema = avro_schema(schema)
+        frame = self._frame(topic, schema, is_key)
+        return lambda record: frame(encode(schema, record))
 
     def deserialize(self, message: bytes, reader_schema: SchemaLike | None = None) -> Any:
         """Decode into `reader_schema` (for example the latest version), or into the writer's shape."""
@@ -44,7 +48,14 @@ class AvroSerde:
             writer = self._writers[schema_id] = avro_schema(self.registry.schema(schema_id))
         return decode(body, writer, None if reader_schema is None else avro_schema(reader_schema))
 
-    def _framer(self, topic: str, schema: AvroSchema, is_key: bool) -> Callable[[bytes], bytes]:
+    def _frame(self, topic: str, schema: AvroSchema, is_key: bool) -> Callable[[bytes], bytes]:
+        """The framer for a topic's key or value schema; the first call registers the schema."""
+        frame = self._framers.get((topic, is_key, schema.text))
+        if frame is None:
+            frame = self._framers[(topic, is_key, schema.text)] = self._register(topic, schema, is_key)
+        return frame
+
+    def _register(self, topic: str, schema: AvroSchema, is_key: bool) -> Callable[[bytes], bytes]:
         """Topics that share a subject (the record strategy) share one registration."""
         subject = subject_name(self.subjects, topic, schema.full_name, is_key)
         schema_id = self._ids.get((subject, schema.text))

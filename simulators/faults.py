@@ -13,7 +13,7 @@ import copy
 import random
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 from registry.avro import avro_schema, encode
 from registry.wire import WireFormat, frame, unframe
@@ -23,8 +23,10 @@ JSON_POISON = ("not-json", "truncated-json", "no-metadata")
 UNKNOWN_SCHEMA_ID = 2**31 - 7
 
 
-@dataclass(frozen=True)
-class Message:
+class Message(NamedTuple):
+    """One record for the transport. A named tuple: every event makes one, and a tuple is the cheapest immutable
+    record to build (a frozen dataclass pays an object.__setattr__ per field)."""
+
     topic: str
     key: bytes | None
     value: bytes | None

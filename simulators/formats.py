@@ -112,25 +112,26 @@ class DebeziumEnvelope:
         return {change.table.key: change.key}
 
     def value(self, change: Change) -> dict[str, Any]:
-        """Union values are given as (type name, value), fastavro's tuple notation: without it the writer
-        validates every record against every union branch, which costs more than the encoding itself."""
-        table = change.table
-        row_type = f"{table.qualified}.Value"
+        """Non-null union values are given as (branch name, value), fastavro's tuple notation: without it the
+        writer tries the branches in turn, validating the value against each, which costs more than writing it.
+        (The row images stay plain dicts: they are the source's rows, shared with the ground truth.)"""
+        table, op, lsn, ts_ms = change.table, change.op, change.lsn, change.ts_ms
+        row_type = table.qualified + ".Value"
         return {
-            "before": (row_type, change.before) if change.op in ("u", "d") else None,
+            "before": (row_type, change.before) if op == "u" or op == "d" else None,
             "after": None if change.after is None else (row_type, change.after),
             "source": {
                 "version": DEBEZIUM_VERSION, "connector": "postgresql", "name": table.database,
-                "ts_ms": change.ts_ms, "snapshot": SNAPSHOT_FLAG[change.op], "db": table.database,
-                "sequence": sequence(change), "schema": table.schema, "table": table.name,
-                "txId": change.tx_id, "lsn": change.lsn, "xmin": None,
+                "ts_ms": ts_ms, "snapshot": ("string", SNAPSHOT_FLAG[op]), "db": table.database,
+                "sequence": ("string", sequence(change)), "schema": table.schema, "table": table.name,
+                "txId": ("long", change.tx_id), "lsn": ("long", lsn), "xmin": None,
             },
-            "transaction": None if change.op == "r" else ("event.block", {
-                "id": f"{change.tx_id}:{change.lsn}", "total_order": change.tx_position,
+            "transaction": None if op == "r" else ("event.block", {
+                "id": f"{change.tx_id}:{lsn}", "total_order": change.tx_position,
                 "data_collection_order": change.tx_position,
             }),
-            "op": change.op,
-            "ts_ms": change.ts_ms,
+            "op": op,
+            "ts_ms": ("long", ts_ms),
         }
 
 

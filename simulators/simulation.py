@@ -3,15 +3,16 @@ fault injector perturbs the stream, and a transport delivers it."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from tqdm import tqdm
 
-from registry.avro import AvroSchema, avro_schema
+from registry.avro import avro_schema
 from registry.serde import AvroSerde
 from simulators.faults import AVRO_POISON, JSON_POISON, FaultInjector, Message, avro_poison, json_poison
 from simulators.formats import FORMATS, DebeziumEnvelope, Format
@@ -21,6 +22,7 @@ from simulators.transport import Transport
 from simulators.truth import TruthStore
 
 TRUTH_BATCH = 5_000
+Serializer = Callable[[Any], bytes]
 
 
 class SimulationError(RuntimeError):
@@ -92,8 +94,11 @@ class Simulation:
         self.transport, self.truth, self.serde = transport, truth, serde
         self.faults = FaultInjector(options.seed, options.duplicates, options.reorder, options.poison)
         self._topics = {t.name: self.topic(t) for t in self.tables}
-        self._schemas: dict[tuple[str, int], AvroSchema] = {}
-        self._key_schemas: dict[str, AvroSchema | None] = {}  # None: the format keys by the key's text
+        self._faulty = self.faults.active  # the rates are fixed: asked once, not per change
+        self._poison_kinds = AVRO_POISON if self.format.avro else JSON_POISON
+        self._tombstones = options.tombstones and self.format.avro
+        self._values: dict[tuple[str, int], Serializer] = {}  # (table, schema version) -> value serializer
+        self._key_serializers: dict[str, Serializer] = {}
         self._key_bytes: dict[tuple[str, int], bytes] = {}  # a key's framed bytes never change
 
     def topic(self, table: Table) -> str:
@@ -108,19 +113,15 @@ class Simulation:
                    desc=f"simulate {self.options.format}", mininterval=0.5 if sys.stderr.isatty() else 5.0)
         for count, change in enumerate(self._changes(started), start=1):
             pending.append(change)
-            summary.events[(change.table.qualified, change.op)] += 1
-            for message in self._messages(change):
-                self.transport.send(message)
+            self._send(change)
             if len(pending) >= TRUTH_BATCH:
-                self.truth.record(pending)
-                pending.clear()
-                bar.update(TRUTH_BATCH)
+                self._record(pending, summary, bar)
             if self.options.rate and count % 100 == 0:
                 ahead = count / self.options.rate - (time.perf_counter() - started)
                 if ahead > 0:
                     time.sleep(ahead)
-        self.truth.record(pending)
-        bar.update(len(pending))
+        self._record(pending, summary, bar)
+        self.truth.index()
         bar.close()
         for message in self.faults.drain():
             self.transport.send(message)
@@ -129,16 +130,19 @@ class Simulation:
         summary.faults = self.faults.counts
         return summary
 
+    def _record(self, changes: list[Change], summary: Summary, bar: tqdm) -> None:
+        """Hand a batch of committed changes to the ground truth and count them (a batch at a time: cheaper than
+        a counter update per change), then empty the batch."""
+        self.truth.record(changes)
+        summary.events.update((change.table.qualified, change.op) for change in changes)
+        bar.update(len(changes))
+        changes.clear()
+
     def _changes(self, started: float) -> Iterator[Change]:
         """Snapshot, then transactions, until the event count or the duration is reached."""
         options, emitted = self.options, 0
-
-        def stream() -> Iterator[Change]:
-            yield from self.source.snapshot()
-            for transaction in self.source.transactions():
-                yield from transaction
-
-        for change in stream():
+        stream = itertools.chain(self.source.snapshot(), itertools.chain.from_iterable(self.source.transactions()))
+        for change in stream:
             if emitted >= options.events or (options.duration_s and time.perf_counter() - started > options.duration_s):
                 return
             if options.evolve_at is not None and emitted == options.evolve_at:
@@ -146,29 +150,31 @@ class Simulation:
             emitted += 1
             yield change
 
-    def _messages(self, change: Change) -> Iterator[Message]:
+    def _send(self, change: Change) -> None:
+        """The change's message, or what the fault injector makes of it, then a tombstone after a delete."""
+        message = self._message(change)
+        if self._faulty:
+            for perturbed in self.faults.apply(message, self._poison(change, message), self._poison_kinds):
+                self.transport.send(perturbed)
+        else:
+            self.transport.send(message)
+        if self._tombstones and change.op == "d":
+            self.transport.send(Message(message.topic, message.key, None))
+
+    def _message(self, change: Change) -> Message:
         topic = self._topics[change.table.name]
         if not self.format.avro:
-            message = Message(topic, self.format.key(change), self.format.value(change))
-            yield from self.faults.apply(message, lambda kind: json_poison(kind, message), JSON_POISON)
-            return
-        assert self.serde is not None
-        version = self._writer_version(change)
-        schema = self._value_schema(change.table, version)
-        record = self.format.value(change)
+            return Message(topic, self.format.key(change), self.format.value(change))
         key = self._key(topic, change)
-        message = Message(topic, key, self.serde.serialize(topic, schema, record))
-        if not self.faults.active:
-            yield message
-        else:
-            yield from self.faults.apply(
-                message,
-                lambda kind: avro_poison(kind, message, self.serde.wire,
-                                         self.format.value_schema(change.table, version), record, change.table.key),
-                AVRO_POISON,
-            )
-        if change.op == "d" and self.options.tombstones:
-            yield Message(topic, key, None)
+        return Message(topic, key, self._value_serializer(topic, change)(self.format.value(change)))
+
+    def _poison(self, change: Change, message: Message) -> Callable[[str], Message]:
+        """Makes an undecodable variant of `message` of a given kind, when the injector asks for one."""
+        if not self.format.avro:
+            return lambda kind: json_poison(kind, message)
+        table, version = change.table, self._writer_version(change)
+        return lambda kind: avro_poison(kind, message, self.serde.wire,  # type: ignore[union-attr]
+                                        self.format.value_schema(table, version), self.format.value(change), table.key)
 
     def _writer_version(self, change: Change) -> int:
         """After evolution old and new writers interleave; a row holding a value of the new column needs v2."""
@@ -178,26 +184,35 @@ class Simulation:
             return 2
         return 1 if change.lsn % 2 else 2
 
-    def _value_schema(self, table: Table, version: int) -> AvroSchema:
-        found = self._schemas.get((table.name, version))
+    def _value_serializer(self, topic: str, change: Change) -> Serializer:
+        version = self._writer_version(change)
+        found = self._values.get((change.table.name, version))
         if found is None:
-            found = self._schemas[(table.name, version)] = avro_schema(self.format.value_schema(table, version))
+            schema = avro_schema(self.format.value_schema(change.table, version))
+            found = self.serde.serializer(topic, schema)  # type: ignore[union-attr]
+            self._values[(change.table.name, version)] = found
         return found
 
     def _key(self, topic: str, change: Change) -> bytes:
         cached = self._key_bytes.get((change.table.name, change.key))
         if cached is not None:
             return cached
-        schema = self._key_schemas.get(change.table.name)
-        if schema is None and change.table.name not in self._key_schemas:
-            key_schema = self.format.key_schema(change.table)
-            schema = self._key_schemas[change.table.name] = None if key_schema is None else avro_schema(key_schema)
-        if schema is None:
-            key = self.format.key(change)
-        else:
-            key = self.serde.serialize(topic, schema, self.format.key(change), is_key=True)  # type: ignore[union-attr]
+        key = self._key_serializer(topic, change.table)(self.format.key(change))
         if len(self._key_bytes) > 2_000_000:  # bound the cache on very long runs
             self._key_bytes.clear()
         self._key_bytes[(change.table.name, change.key)] = key
         return key
 
+    def _key_serializer(self, topic: str, table: Table) -> Serializer:
+        """The key schema's serializer; where the format keys by the key's text (DMS), that text unchanged."""
+        found = self._key_serializers.get(table.name)
+        if found is None:
+            schema = self.format.key_schema(table)
+            found = self._key_serializers[table.name] = (
+                _unchanged if schema is None
+                else self.serde.serializer(topic, avro_schema(schema), is_key=True))  # type: ignore[union-attr]
+        return found
+
+
+def _unchanged(key: bytes) -> bytes:
+    return key

@@ -136,10 +136,11 @@ class SourceDatabase:
         """Up to `size` row operations on distinct rows (row locks keep overlapping transactions apart)."""
         plan: list[Operation] = []
         used = set(taken)
+        random, tables = self._random, self.tables
         for _ in range(size):
-            table = self.tables[int(self._random() * len(self.tables))]
+            table = tables[int(random() * len(tables))]
             live = self._live[table.name]
-            roll = self._random()
+            roll = random()
             if roll < 0.25 or len(live) < 5:
                 op, key = "c", (self._reinsert_key(table) if roll < 0.05 else self._new_key(table))
             else:
@@ -175,22 +176,23 @@ class SourceDatabase:
         return changes
 
     def _new_row(self, table: Table, key: int) -> Row:
-        pools = self._pools[table.name]
+        random, size = self._random, _ValuePools.SIZE
         row = {table.key: key}
-        for name, values in pools.columns(self.schema_version):
-            row[name] = values[int(self._random() * len(values))]
+        for name, values in self._pools[table.name].columns(self.schema_version):
+            row[name] = values[int(random() * size)]
         return row
 
     def _updated(self, table: Table, row: Row) -> Row:
         """One or two columns change; now and then the partition-like column moves the row."""
+        random, size = self._random, _ValuePools.SIZE
         updated = dict(row)
-        columns = self._pools[table.name].columns(self.schema_version)
-        for _ in range(1 + (self._random() < 0.3)):
-            name, values = columns[int(self._random() * len(columns))]
-            updated[name] = values[int(self._random() * len(values))]
-        if self._random() < 0.15:
-            values = self._pools[table.name].values[table.partition_column]
-            updated[table.partition_column] = values[int(self._random() * len(values))]
+        pools = self._pools[table.name]
+        columns = pools.columns(self.schema_version)
+        for _ in range(1 + (random() < 0.3)):
+            name, values = columns[int(random() * len(columns))]
+            updated[name] = values[int(random() * size)]
+        if random() < 0.15:
+            updated[table.partition_column] = pools.values[table.partition_column][int(random() * size)]
         return updated
 
     def _new_key(self, table: Table) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 Row = dict[str, Any]
@@ -43,7 +44,7 @@ class Table:
     partition_column: str  # a partition-like column that updates sometimes move
     evolution: Column  # the nullable column added mid-run; null in about half the rows
 
-    @property
+    @cached_property  # every event names its table: build the text once
     def qualified(self) -> str:
         return f"{self.database}.{self.schema}.{self.name}"
 

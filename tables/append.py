@@ -37,25 +37,32 @@ class IcebergAppender:
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True) -> Appended:
+        """The rows are written as they come, without a shuffle: fanout writers take any mix of partitions
+        (a batch spans few source days), and the row count is observed on the write, not queried after it."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
         from pyspark.sql.functions import partitioning
 
         table, tag = f"{self.namespace}.{name}", f"{writer_id}:{batch_id}"
         if not self.spark.catalog.tableExists(table):
-            create = (rows.limit(0).writeTo(table).using("iceberg")
+            # from the schema alone: running the rows' plan would use up observations made on it
+            create = (self.spark.createDataFrame([], rows.schema).writeTo(table).using("iceberg")
                       .tableProperty("write.spark.accept-any-schema", "true").tableProperty("format-version", "2"))
             if partition_by_source_time:
                 create = create.partitionedBy(partitioning.days("_source_ts"))
             create.create()
-        elif self._added(table, tag) is not None:
+        elif self._committed(table, tag):
             return Appended(table, 0, skipped=True)
-        rows.writeTo(table).option("mergeSchema", "true").option(f"snapshot-property.{COMMIT_PROPERTY}", tag).append()
-        return Appended(table, self._added(table, tag) or 0, skipped=False)
+        written = Observation(f"rows {table} {tag}")
+        (rows.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
+         .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true")
+         .option(f"snapshot-property.{COMMIT_PROPERTY}", tag).append())
+        return Appended(table, int(written.get["rows"]), skipped=False)
 
-    def _added(self, table: str, tag: str) -> int | None:
-        """Rows the commit tagged `tag` added, or None when the table has no such commit."""
-        found = self.spark.sql(f"SELECT summary['added-records'] AS added FROM {table}.snapshots "
-                               f"WHERE summary['{COMMIT_PROPERTY}'] = '{tag}'").collect()
-        return sum(int(row["added"] or 0) for row in found) if found else None
+    def _committed(self, table: str, tag: str) -> bool:
+        """Whether a snapshot of the table carries the commit tag `tag`."""
+        return bool(self.spark.sql(f"SELECT 1 FROM {table}.snapshots "
+                                   f"WHERE summary['{COMMIT_PROPERTY}'] = '{tag}' LIMIT 1").collect())
 
 
 @dataclass(frozen=True)

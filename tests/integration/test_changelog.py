@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.changelog import ChangelogStage
+from pipeline.changelog import ChangelogStage, StageError
 from pipeline.config import PipelineConfig
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
-from tests.conftest import REPO, TEST_SETTINGS
+from tests.conftest import REPO, TEST_SETTINGS, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,7 @@ def _dead_letters(spark, cfg: PipelineConfig, prefix: str):
 
 
 @pytest.mark.parametrize(("fmt", "lake_format"), [("debezium", "iceberg"), ("debezium-unwrapped", "iceberg"),
-                                                   ("dms", "iceberg"), ("debezium", "delta")])
+                                                   ("dms", "iceberg"), ("dms-json", "iceberg"), ("debezium", "delta")])
 def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format: str, stack, spark,
                                                             cfg: PipelineConfig, tmp_path: Path) -> None:
     cfg = _with_lake(cfg, lake_format)
@@ -79,15 +80,18 @@ def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format
     stage = _stage(cfg, spark, prefix, tmp_path / "checkpoint")
     stage.run(until_caught_up=True)
 
-    expected = [(c.table.split(".")[-1], c.key, c.op, *((str(c.tx_id), c.tx_position) if fmt == "dms" else (c.lsn,)))
-                for c in truth.changes()]
+    expected = [(c.table.split(".")[-1], c.key, c.op,
+                 *((str(c.tx_id), c.tx_position) if fmt.startswith("dms") else (c.lsn,))) for c in truth.changes()]
     landed = [(t, k, op, *rest) for t, k, op, *rest in _landed(spark, cfg, prefix, fmt)]
     assert set(landed) == set(expected)  # every committed change, with its op and sequence
     assert len(landed) == len(expected) + summary.faults["duplicates"]  # duplicates land as they arrived
     dead = _dead_letters(spark, cfg, prefix).groupBy("error_class").count().withColumnRenamed("count", "n").collect()
     poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
     assert sum(r["n"] for r in dead) == poison > 0
-    assert {r["error_class"] for r in dead} <= {"WireFormatError", "UnknownSchemaId", "MalformedAvro"}
+    if fmt == "dms-json":  # no registry: garbage is unframed, or looks like a frame of an unknown schema
+        assert {r["error_class"] for r in dead} <= {"WireFormatError", "UnknownSchemaId"}
+    else:
+        assert {r["error_class"] for r in dead} <= {"WireFormatError", "UnknownSchemaId", "MalformedAvro"}
 
 
 def test_new_columns_appear_and_old_writers_decode_into_them(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
@@ -131,9 +135,9 @@ def test_a_replayed_batch_is_not_written_twice(lake_format: str, stack, spark, c
 class _StageProcess:
     """`python -m pipeline changelog` in its own process group, with its log lines collected."""
 
-    def __init__(self, prefix: str, checkpoint: Path, *args: str) -> None:
+    def __init__(self, prefix: str, checkpoint: Path, *args: str, settings: list[str] | None = None) -> None:
         settings = [*TEST_SETTINGS, f"changelog.checkpoint={checkpoint}", "changelog.trigger_interval=1 second",
-                    "changelog.max_offsets_per_trigger=150", "spark.driver_memory=1g"]
+                    "changelog.max_offsets_per_trigger=150", "spark.driver_memory=1g", *(settings or [])]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], "changelog",
              "--topic-pattern", rf"{prefix}\..*", *args],
@@ -145,8 +149,12 @@ class _StageProcess:
         return sum("changelog.batch" in line for line in list(self.lines))
 
     def wait_for_batches(self, count: int, timeout_s: float = 180) -> None:
+        self.wait_for(lambda: self.batches() >= count, timeout_s)
+
+    def wait_for(self, condition, timeout_s: float = 180) -> None:
+        """Until `condition()` holds, while the stage runs; fails with its last lines otherwise."""
         deadline = time.monotonic() + timeout_s
-        while self.batches() < count:
+        while not condition():
             assert self.proc.poll() is None, "".join(self.lines[-30:])
             assert time.monotonic() < deadline, "".join(self.lines[-30:])
             time.sleep(0.2)
@@ -203,8 +211,6 @@ def test_a_topic_without_a_subject_is_a_clear_error(stack, spark, cfg: PipelineC
 @pytest.mark.parametrize(("setting", "named"), [("kafka.bootstrap_servers=127.0.0.1:{port}", "Kafka at 127.0.0.1:{port}"),
                                                 ("registry.url=http://127.0.0.1:{port}", "127.0.0.1:{port}/apis/ccompat")])
 def test_an_unreachable_service_is_named_before_spark_starts(setting: str, named: str, stack, tmp_path: Path) -> None:
-    from tests.conftest import free_port
-
     port = free_port()
     settings = [*TEST_SETTINGS, setting.format(port=port), f"changelog.checkpoint={tmp_path / 'cp'}"]
     done = subprocess.run([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], "changelog",
@@ -213,3 +219,102 @@ def test_an_unreachable_service_is_named_before_spark_starts(setting: str, named
     assert done.returncode == 1
     assert named.format(port=port) in done.stderr and "unreachable" in done.stderr
     assert "spark.session" not in done.stderr
+
+
+@pytest.mark.parametrize(("backend", "wire"), [("apicurio", "apicurio-legacy"), ("glue", "glue")])
+def test_other_wire_formats_land_once_and_poison_goes_to_dead_letters(backend: str, wire: str, stack, spark,
+                                                                       cfg: PipelineConfig, tmp_path: Path) -> None:
+    cfg = cfg.model_copy(update={"registry": cfg.registry.model_copy(update={"backend": backend, "wire_format": wire})})
+    prefix = f"wf{uuid.uuid4().hex[:6]}"
+    summary, truth = _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=500,
+                               snapshot_rows=40, poison=0.04, evolve_at=250)
+    _stage(cfg, spark, prefix, tmp_path / "checkpoint").run(until_caught_up=True)
+    expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
+    assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)
+    schema_ids = _table(spark, cfg, f"{prefix}_employee").select("_schema_id").distinct().count()
+    assert schema_ids == 2  # both writer versions, named by the id the wire format carries
+    dead = _dead_letters(spark, cfg, prefix)
+    assert dead.count() == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:")) > 0
+
+
+class _Proxy:
+    """A TCP proxy in front of a real service, to take it off the network and bring it back mid-run."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._connections: list[socket.socket] = []
+        self.open()
+
+    def open(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))  # SO_REUSEADDR: the same port again
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def close(self) -> None:
+        """Refuse new connections and cut the open ones, as a registry that went away does. A shutdown
+        wakes the threads blocked in accept() and recv() on the sockets; a close alone would not."""
+        for sock in (self._listener, *self._connections):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already cut by the other side
+            sock.close()
+        self._connections.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            self._connections += [client, upstream]
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+
+def test_a_registry_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
+    from simulators.transport import KafkaTransport as Transport
+
+    proxy = _Proxy(cfg.stack.registry_port)
+    run = f"ot{uuid.uuid4().hex[:6]}"
+    first, later = f"{run}a", f"{run}b"
+    Transport(cfg.kafka).prepare([f"{later}.public.employee"])  # subscribed from the start
+    _, truth_first = _simulate(cfg, tmp_path, first, format="debezium", tables="employees", events=200, snapshot_rows=30)
+    stage = _StageProcess(f"{run}[ab]", tmp_path / "checkpoint",
+                          settings=[f"registry.url=http://127.0.0.1:{proxy.port}"])
+    stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
+    proxy.close()
+    _, truth_later = _simulate(cfg, tmp_path, later, format="debezium", tables="employees", events=150, snapshot_rows=30)
+    stage.wait_for(lambda: any("changelog.outage" in line and "service=registry" in line
+                               and f"127.0.0.1:{proxy.port}" in line for line in stage.lines))
+    proxy.open()
+    stage.wait_for(lambda: any(f"{later}_employee" in line for line in stage.lines if "changelog.batch" in line))
+    stage.proc.send_signal(signal.SIGTERM)
+    assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
+    for prefix, truth in ((first, truth_first), (later, truth_later)):
+        expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
+        assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)  # nothing lost, nothing twice
+
+
+def test_a_checkpoint_of_another_subscription_is_a_clear_error(stack, spark, cfg: PipelineConfig,
+                                                                tmp_path: Path) -> None:
+    prefix = f"cp{uuid.uuid4().hex[:6]}"
+    _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=60, snapshot_rows=20)
+    checkpoint = tmp_path / "checkpoint"
+    _stage(cfg, spark, prefix, checkpoint).run(until_caught_up=True)
+    _stage(cfg, spark, prefix, checkpoint).run(until_caught_up=True)  # the same configuration resumes
+    other = _stage(cfg, spark, f"{prefix}x", checkpoint)
+    with pytest.raises(StageError, match=r"belongs to a changelog stage with .*give this configuration its own "
+                                         r"changelog.checkpoint"):
+        other.run(until_caught_up=True)

@@ -1,0 +1,144 @@
+"""Changelog stage throughput: Debezium Avro events drained from Kafka into Iceberg, against a plain-Spark
+baseline measured in the same run on the same machine.
+
+1. The simulator (`Simulation`, the project's serde and Debezium encoder) writes a pool of distinct changes of
+   the `employee` table, evolving its schema a tenth of the way in, so old and new writer versions interleave.
+   The pool is captured, then replayed to Kafka until `--events` messages are there: every message is a
+   real, registry-framed Debezium event; repeats of the pool are redeliveries, as a replaying producer makes.
+2. The stage (`ChangelogStage(...).run(until_caught_up=True)`) drains the topic into its changelog table.
+3. The baseline drains a topic of as many version-1 messages with one fixed schema: Kafka -> `from_avro` ->
+   an Iceberg append, no normalisation, no routing, no dead letters, no idempotency check.
+
+Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 2000000] [--set k=v ...]
+Ends with: `changelog: <events/s> events/s, <ratio>x baseline`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pipeline import kafka, logs  # noqa: E402
+from cdc.framing import Framing  # noqa: E402
+from pipeline.changelog import ChangelogStage  # noqa: E402
+from pipeline.config import PipelineConfig, load_config  # noqa: E402
+from pipeline.spark import get_spark  # noqa: E402
+from registry.factory import serde_from_settings  # noqa: E402
+from registry.wire import confluent_unframe  # noqa: E402
+from simulators.faults import Message  # noqa: E402
+from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
+from simulators.transport import Delivery, KafkaTransport  # noqa: E402
+from simulators.truth import TruthStore  # noqa: E402
+
+POOL = 200_000  # distinct changes simulated; the stream replays them
+
+
+@dataclass
+class Capture:
+    """A transport that keeps the messages, to replay them to Kafka as fast as the producer goes."""
+
+    messages: list[Message] = field(default_factory=list)
+
+    def prepare(self, topics: list[str]) -> None:
+        pass
+
+    def send(self, message: Message) -> None:
+        self.messages.append(message)
+
+    def close(self) -> Delivery:
+        return Delivery(acknowledged=len(self.messages))
+
+
+def simulate_pool(cfg: PipelineConfig, prefix: str, events: int) -> list[Message]:
+    with tempfile.TemporaryDirectory() as folder:
+        options = SimulationOptions(format="debezium", tables="employees", events=events, snapshot_rows=10_000,
+                                    evolve_at=events // 10, topic_prefix=prefix)
+        capture = Capture()
+        Simulation(options, capture, TruthStore(Path(folder) / "truth.db"),
+                   serde_from_settings(cfg.registry, cfg.aws)).run(progress=True)
+    return capture.messages
+
+
+def produce(cfg: PipelineConfig, topic: str, pool: list[Message], count: int) -> None:
+    """`count` messages cycling through `pool`, acknowledged by the broker, into `topic`."""
+    transport = KafkaTransport(cfg.kafka, partitions=cfg.stack.kafka_partitions)
+    transport.prepare([topic])
+    started = time.perf_counter()
+    for sent, message in enumerate(itertools.islice(itertools.cycle(pool), count), start=1):
+        transport.send(Message(topic, message.key, message.value))
+        if sent % 500_000 == 0:
+            print(f"  produced {sent:,} to {topic}", flush=True)
+    transport.close(timeout_s=300)
+    print(f"  produced {count:,} to {topic} in {time.perf_counter() - started:.1f} s", flush=True)
+
+
+def time_stage(cfg: PipelineConfig, spark, prefix: str, home: Path) -> float:
+    changelog = cfg.changelog.model_copy(update={"topic_pattern": rf"{prefix}\..*", "topics": [],
+                                                 "checkpoint": str(home / "stage-checkpoint")})
+    stage = ChangelogStage(cfg.model_copy(update={"changelog": changelog}), spark)
+    started = time.perf_counter()
+    stage.run(until_caught_up=True)
+    return time.perf_counter() - started
+
+
+def time_baseline(cfg: PipelineConfig, spark, topic: str, schema: str, home: Path) -> float:
+    """Kafka -> from_avro with one fixed schema -> one Iceberg table, in the same trigger as the stage."""
+    from pyspark.sql.avro.functions import from_avro
+
+    reader = (spark.readStream.format("kafka").options(**kafka.spark_options(cfg.kafka))
+              .option("subscribe", topic).option("startingOffsets", "earliest"))
+    if cfg.changelog.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(cfg.changelog.max_offsets_per_trigger))
+    rows = reader.load().select(from_avro(Framing.of(cfg.registry.wire_format).body(), schema).alias("v")).select("v.*")
+    table = f"{cfg.catalog.name}.bench.{topic.replace('-', '_').replace('.', '_')}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.bench")
+    started = time.perf_counter()
+    (rows.writeStream.format("iceberg").trigger(availableNow=True)
+     .option("checkpointLocation", str(home / "baseline-checkpoint")).toTable(table).awaitTermination())
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    logs.configure("INFO")  # the stage's progress line per batch
+    cfg = load_config(overrides=args.overrides)
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
+
+    pool = simulate_pool(cfg, prefix, min(POOL, args.events))
+    writers = {confluent_unframe(m.value)[0] for m in pool if m.value}
+    first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
+    print(f"simulated {len(pool):,} distinct changes, writer schema ids {sorted(writers)}", flush=True)
+    produce(cfg, pool[0].topic, pool, args.events)
+    baseline_topic = f"{prefix}-baseline"
+    produce(cfg, baseline_topic, [m for m in pool if m.value and confluent_unframe(m.value)[0] == first], args.events)
+
+    spark = get_spark(cfg)
+    schema = serde_from_settings(cfg.registry, cfg.aws).registry.schema(first)
+    with tempfile.TemporaryDirectory() as folder:
+        print("stage: draining ...", flush=True)
+        stage_s = time_stage(cfg, spark, prefix, Path(folder))
+        print("baseline: draining ...", flush=True)
+        baseline_s = time_baseline(cfg, spark, baseline_topic, schema, Path(folder))
+    stage_rate, baseline_rate = args.events / stage_s, args.events / baseline_s
+    print(f"stage      {stage_rate:12,.0f} events/s  ({args.events:,} events, {stage_s:.1f} s)")
+    print(f"baseline   {baseline_rate:12,.0f} events/s  ({args.events:,} events, {baseline_s:.1f} s)")
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
+    print(f"changelog: {stage_rate:.0f} events/s, {stage_rate / baseline_rate:.2f}x baseline")
+
+
+if __name__ == "__main__":
+    main()
