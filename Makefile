@@ -15,9 +15,21 @@ $(PIP_STAMP): pyproject.toml
 setup: $(PIP_STAMP)
 	$(PY) -m pipeline setup
 
+# The pipeline end to end on the MoMA tables: simulate -> changelog -> mirror -> verify against the truth.
+DEMO := $(PY) -m pipeline --set mirror.keys.moma_artists=artist_id --set mirror.keys.moma_artworks=artwork_id \
+	--set mirror.tables=moma_artists,moma_artworks --set changelog.checkpoint=.pipeline/checkpoints/demo
+DEMO_TRUTH := .pipeline/truth/demo.db
+
 demo: setup
 	$(PY) -m pipeline stack up
 	$(PY) -m pipeline demo
+	rm -f $(DEMO_TRUTH)
+	$(DEMO) simulate --tables moma --events 5000 --snapshot-rows 500 --duplicates 0.02 --reorder 0.05 \
+		--evolve-at 2500 --truth $(DEMO_TRUTH)
+	$(DEMO) changelog --topic-pattern 'moma\..*' --until-caught-up
+	$(DEMO) mirror
+	$(DEMO) history --table moma_artists --key 1
+	$(DEMO) verify --truth $(DEMO_TRUTH)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -27,6 +39,10 @@ unit: $(PIP_STAMP)
 
 bench: setup
 	$(PY) bench/stack.py
+	$(PY) bench/mirror.py
+	$(PY) -m pipeline stack up
+	$(PY) bench/simulate.py
+	$(PY) bench/changelog.py
 
 stack-up: setup
 	$(PY) -m pipeline stack up
