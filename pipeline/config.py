@@ -191,7 +191,8 @@ class MirrorSettings(_Section):
     keys: dict[str, str] = Field(default_factory=dict, description="table -> its key columns, comma-separated")
     partition_by: dict[str, str] = Field(default_factory=dict, description="table -> partition columns")
     delete_mode: Literal["soft", "hard"] = "soft"
-    write_mode: Literal["copy-on-write", "merge-on-read"] = Field("copy-on-write", description="Iceberg row-level writes")
+    write_mode: Literal["copy-on-write", "merge-on-read"] = Field(
+        "copy-on-write", description="row-level writes of new mirrors (Delta: merge-on-read = deletion vectors)")
     consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")

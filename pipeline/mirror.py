@@ -153,9 +153,7 @@ class MirrorStage:
     def _prepare(self, target: LakeTable, reduced: DataFrame, name: str) -> None:
         """Create the mirror on first sight, and add the columns the source gained since the last run."""
         if not target.exists():
-            target.create(reduced, self.settings.partition_columns(name), {
-                "write.merge.mode": self.settings.write_mode, "write.update.mode": self.settings.write_mode,
-                "write.delete.mode": self.settings.write_mode} if self.cfg.lake.format == "iceberg" else {})
+            target.create(reduced, self.settings.partition_columns(name), self.settings.write_mode)
             target.replace_view(self.settings.view_suffix, "NOT _is_deleted")
             return
         present = {f.name for f in target.fields()}

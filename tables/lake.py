@@ -45,7 +45,7 @@ class LakeTable(Protocol):
     def commit_metadata(self, key: str) -> tuple[int, str] | None: ...
     def fields(self) -> list[StructField]: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
-    def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None: ...
+    def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None: ...
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None: ...
     def replace_view(self, suffix: str, where: str) -> str | None: ...
 
@@ -131,10 +131,11 @@ class IcebergLakeTable:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE {self.ref} ADD COLUMNS ({columns})")
 
-    def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None:
+    def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None:
+        """An empty table shaped like `like`; `write_mode` (copy-on-write / merge-on-read) for row-level writes."""
         writer = like.limit(0).writeTo(self.ref).using("iceberg").tableProperty("format-version", "2")
-        for key, value in properties.items():
-            writer = writer.tableProperty(key, value)
+        for operation in ("merge", "update", "delete"):
+            writer = writer.tableProperty(f"write.{operation}.mode", write_mode)
         if partition_by:
             from pyspark.sql import functions as F
 
@@ -227,10 +228,11 @@ class DeltaLakeTable:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE delta.`{self.ref}` ADD COLUMNS ({columns})")
 
-    def create(self, like: DataFrame, partition_by: list[str], properties: dict[str, str]) -> None:
+    def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None:
+        """Delta's merge-on-read is deletion vectors: a MERGE marks replaced rows instead of rewriting files."""
         writer = like.limit(0).write.format("delta")  # the change data feed is on by default (pipeline/spark.py)
-        for key, value in properties.items():
-            writer = writer.option(key, value)
+        if write_mode == "merge-on-read":
+            writer = writer.option("delta.enableDeletionVectors", "true")
         writer.partitionBy(*partition_by).save(self.ref)
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:

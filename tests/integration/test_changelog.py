@@ -299,7 +299,9 @@ def test_a_registry_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: Pi
     stage.wait_for(lambda: any("changelog.outage" in line and "service=registry" in line
                                and f"127.0.0.1:{proxy.port}" in line for line in stage.lines))
     proxy.open()
-    stage.wait_for(lambda: any(f"{later}_employee" in line for line in stage.lines if "changelog.batch" in line))
+    # Wait for the rows, not for a progress line: Spark 4.1's Kafka source can fail while reporting the metrics of
+    # a batch that has committed (a known NullPointerException), and the restarted query has no batch to log.
+    stage.wait_for(lambda: len(_landed(spark, cfg, later, "debezium")) >= truth_later.count())
     stage.proc.send_signal(signal.SIGTERM)
     assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
     for prefix, truth in ((first, truth_first), (later, truth_later)):

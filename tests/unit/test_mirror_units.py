@@ -81,3 +81,27 @@ def test_airflow_dag_runs_the_cli() -> None:
     assert any("python -m pipeline" in c for c in commands)
     assert {"mirror", "maintain"} <= {kw.value.value for node in ast.walk(tree) if isinstance(node, ast.Call)
                                       for kw in node.keywords if kw.arg == "task_id"}
+
+
+def test_every_runs_at_its_cadence_until_stopped() -> None:
+    import threading
+    import time
+
+    from pipeline.mirror import MirrorStage
+
+    class CountingStage(MirrorStage):
+        def __init__(self) -> None:  # no Spark: only the scheduling loop is under test
+            self.started: list[float] = []
+            self.stopping = threading.Event()
+
+        def run_once(self, requested=()):
+            self.started.append(time.monotonic())
+            if len(self.started) == 3:
+                self.stopping.set()
+            return []
+
+    stage = CountingStage()
+    stage.run_every(0.2, stopping=stage.stopping)
+    assert len(stage.started) == 3
+    gaps = [b - a for a, b in zip(stage.started, stage.started[1:])]
+    assert all(0.15 <= gap < 1.0 for gap in gaps)
