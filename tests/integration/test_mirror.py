@@ -65,6 +65,17 @@ def _configure(cfg: PipelineConfig, prefix: str, lake_format: str = "iceberg", *
     })
 
 
+def _landed_source(cfg: PipelineConfig, spark, folder: Path, tag: str,
+                   **mirror) -> tuple[PipelineConfig, Source, TruthStore]:
+    """A new source of 900 simulated changes, landed in the changelog; its config names its tables' keys."""
+    prefix = f"{tag}{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix, **mirror)
+    source = Source(cfg, prefix, folder)
+    truth = source.simulate(events=900)
+    source.land(spark)
+    return cfg, source, truth
+
+
 def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables: list[str],
                            source_time: str | None = None) -> None:
     verdicts = verify_lake(cfg, spark, truth, tables, source_time)
@@ -126,11 +137,7 @@ def test_mirror_equals_the_source_incrementally(lake_format: str, write_mode: st
 
 def test_state_as_of_source_time_and_key_history_match_the_truth(stack, spark, cfg: PipelineConfig,
                                                                  tmp_path: Path) -> None:
-    prefix = f"st{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix)
-    source = Source(cfg, prefix, tmp_path)
-    truth = source.simulate(events=900)
-    source.land(spark)
+    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "st")
     changes = truth.changes()
     middle = changes[len(changes) // 2].commit_us
     instant = (middle // 1000) * 1000 - 1  # the last microsecond of a millisecond: Debezium's ts_ms precision
@@ -139,23 +146,19 @@ def test_state_as_of_source_time_and_key_history_match_the_truth(stack, spark, c
     as_of = datetime.fromtimestamp(instant / 1e6, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     assert source_time_us(as_of) == instant
     _assert_equal_to_truth(cfg, spark, truth, source.tables(), source_time=as_of)
-    assert state(cfg, spark, f"{prefix}_artists", as_of).count() == len(truth.state_at("moma.public.artists", instant))
+    assert state(cfg, spark, source.tables()[0], as_of).count() == len(truth.state_at("moma.public.artists", instant))
 
     busiest = max({c.key for c in changes if c.table == "moma.public.artists"},
                   key=lambda k: len(truth.history("moma.public.artists", k)))
     expected = truth.history("moma.public.artists", busiest)
-    found = history(cfg, spark, f"{prefix}_artists", str(busiest)).collect()
+    found = history(cfg, spark, source.tables()[0], str(busiest)).collect()
     assert [r["_op"] for r in found] == [c.op for c in expected]
     assert all(r["_commit"] is not None for r in found)
     assert [r["name"] for r in found] == [c.row["name"] for c in expected]
 
 
 def test_concurrent_merges_of_one_table_leave_it_correct(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    prefix = f"cc{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix)
-    source = Source(cfg, prefix, tmp_path)
-    truth = source.simulate(events=900)
-    source.land(spark)
+    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "cc")
     stages = [MirrorStage(cfg, spark), MirrorStage(cfg, spark)]
     errors: list[BaseException] = []
 
@@ -178,11 +181,7 @@ def test_concurrent_merges_of_one_table_leave_it_correct(stack, spark, cfg: Pipe
 
 def test_consistent_mode_merges_every_table_up_to_one_source_position(stack, spark, cfg: PipelineConfig,
                                                                        tmp_path: Path) -> None:
-    prefix = f"cp{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix, consistent=True)
-    source = Source(cfg, prefix, tmp_path)
-    truth = source.simulate(events=900)
-    source.land(spark)
+    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "cp", consistent=True)
     stage = MirrorStage(cfg, spark)
     position = stage.common_position(source.tables())
     reports = stage.run_once()
@@ -200,11 +199,7 @@ def test_consistent_mode_merges_every_table_up_to_one_source_position(stack, spa
 
 def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(stack, spark, cfg: PipelineConfig,
                                                                 tmp_path: Path) -> None:
-    prefix = f"kl{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix)
-    source = Source(cfg, prefix, tmp_path)
-    truth = source.simulate(events=900)
-    source.land(spark)
+    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "kl")
     keys = [f"--set=mirror.keys.{table}={cfg.mirror.key_columns(table)[0]}" for table in source.tables()]
     command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in TEST_SETTINGS],
                *keys, f"--set=mirror.tables={','.join(source.tables())}", "mirror"]
@@ -212,7 +207,7 @@ def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(stack, spark, cf
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None
     for line in process.stdout:  # kill it once the first table is merged and the second one is being merged
-        if '"mirror.table"' in line or f"{prefix}_artists:" in line:
+        if '"mirror.table"' in line or f"{source.tables()[0]}:" in line:
             break
     else:
         pytest.fail("the mirror process ended before merging a table")
