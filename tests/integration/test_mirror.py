@@ -65,15 +65,22 @@ def _configure(cfg: PipelineConfig, prefix: str, lake_format: str = "iceberg", *
     })
 
 
-def _landed_source(cfg: PipelineConfig, spark, folder: Path, tag: str,
-                   **mirror) -> tuple[PipelineConfig, Source, TruthStore]:
-    """A new source of 900 simulated changes, landed in the changelog; its config names its tables' keys."""
-    prefix = f"{tag}{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix, **mirror)
-    source = Source(cfg, prefix, folder)
+@pytest.fixture(scope="module")
+def landed(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[PipelineConfig, Source, TruthStore]:
+    """One source of 900 simulated changes, landed in the changelog once for the tests that only read it;
+    each of them merges into a mirror namespace of its own (`_own_mirrors`)."""
+    prefix = f"sh{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix)
+    source = Source(cfg, prefix, tmp_path_factory.mktemp("landed"))
     truth = source.simulate(events=900)
     source.land(spark)
     return cfg, source, truth
+
+
+def _own_mirrors(cfg: PipelineConfig, tag: str, **mirror) -> PipelineConfig:
+    """`cfg` with a mirror namespace no other test merges into."""
+    return cfg.model_copy(update={"mirror": cfg.mirror.model_copy(
+        update={"namespace": f"mirror_{tag}{uuid.uuid4().hex[:6]}", **mirror})})
 
 
 def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables: list[str],
@@ -91,53 +98,59 @@ def _single_row_per_key(cfg: PipelineConfig, spark, table: str) -> None:
     assert mirror.count() == mirror.select(key).distinct().count()
 
 
-@pytest.mark.parametrize(("lake_format", "write_mode", "delete_mode"), [
-    ("iceberg", "copy-on-write", "soft"), ("iceberg", "merge-on-read", "hard"), ("delta", "merge-on-read", "soft")])
-def test_mirror_equals_the_source_incrementally(lake_format: str, write_mode: str, delete_mode: str, stack, spark,
-                                                cfg: PipelineConfig, tmp_path: Path) -> None:
+# Mirror configurations merged from one changelog: (write mode, delete mode) per lake format.
+MIRRORS = {"iceberg": [("copy-on-write", "soft"), ("merge-on-read", "hard")], "delta": [("merge-on-read", "soft")]}
+
+
+@pytest.mark.parametrize("lake_format", list(MIRRORS))
+def test_mirror_equals_the_source_incrementally(lake_format: str, stack, spark, cfg: PipelineConfig,
+                                                tmp_path: Path) -> None:
     prefix = f"mr{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix, lake_format, write_mode=write_mode, delete_mode=delete_mode,
+    cfg = _configure(cfg, prefix, lake_format,
                      partition_by={f"{prefix}_artists": "nationality", f"{prefix}_artworks": "classification"})
+    mirrors = [_own_mirrors(cfg, write_mode[:3], write_mode=write_mode, delete_mode=delete_mode)
+               for write_mode, delete_mode in MIRRORS[lake_format]]
     source = Source(cfg, prefix, tmp_path)
     first = source.simulate(events=900)
     source.land(spark)
-    stage = MirrorStage(cfg, spark)
-    reports = stage.run_once()
-    assert [r.table for r in reports] == source.tables() and all(r.changes > 0 for r in reports)
-    _assert_equal_to_truth(cfg, spark, first, source.tables())
-    artists = lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists")
-    first_commit = artists.commit_id()
-
-    # Nothing new: nothing read, nothing committed.
-    assert all(r.changes == 0 for r in stage.run_once())
-    assert artists.commit_id() == first_commit
+    first_commits = {}
+    for mirror in mirrors:
+        stage = MirrorStage(mirror, spark)
+        reports = stage.run_once()
+        assert [r.table for r in reports] == source.tables() and all(r.changes > 0 for r in reports)
+        _assert_equal_to_truth(mirror, spark, first, source.tables())
+        artists = lake_table(mirror, spark, mirror.mirror.namespace, f"{prefix}_artists")
+        first_commits[mirror.mirror.namespace] = artists.commit_id()
+        # Nothing new: nothing read, nothing committed.
+        assert all(r.changes == 0 for r in stage.run_once())
+        assert artists.commit_id() == first_commits[mirror.mirror.namespace]
 
     # The same source runs on (its first 900 events are delivered again): the mirror reads only the new commits.
     second = source.simulate(events=1800)
     landed = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read().count() for t in source.tables()}
     source.land(spark)
-    reports = stage.run_once()
-    for report in reports:
-        total = lake_table(cfg, spark, cfg.changelog.namespace, report.table).read().count()
-        assert report.changes == total - landed[report.table]
-    _assert_equal_to_truth(cfg, spark, second, source.tables())
-    for table in source.tables():
-        _single_row_per_key(cfg, spark, table)  # partition moves left no stale copy behind
-    deleted = artists.read().where("_is_deleted").count()
-    assert (deleted > 0) if delete_mode == "soft" else (deleted == 0)
-    current = query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{prefix}_artists{cfg.mirror.view_suffix}")
-    assert current.where("_is_deleted").count() == 0
-    assert current.count() == len(second.state_at("moma.public.artists"))
+    for mirror in mirrors:
+        namespace = mirror.mirror.namespace
+        for report in MirrorStage(mirror, spark).run_once():
+            total = lake_table(cfg, spark, cfg.changelog.namespace, report.table).read().count()
+            assert report.changes == total - landed[report.table]
+        _assert_equal_to_truth(mirror, spark, second, source.tables())
+        for table in source.tables():
+            _single_row_per_key(mirror, spark, table)  # partition moves left no stale copy behind
+        deleted = lake_table(mirror, spark, namespace, f"{prefix}_artists").read().where("_is_deleted").count()
+        assert (deleted > 0) if mirror.mirror.delete_mode == "soft" else (deleted == 0)
+        current = query(mirror, spark, f"SELECT * FROM {namespace}.{prefix}_artists{mirror.mirror.view_suffix}")
+        assert current.where("_is_deleted").count() == 0
+        assert current.count() == len(second.state_at("moma.public.artists"))
 
-    # Time travel: the first merge's commit still holds the first run's rows.
-    live_then = query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{prefix}_artists WHERE NOT _is_deleted",
-                      as_of=str(first_commit)).count()
-    assert live_then == len(first.state_at("moma.public.artists"))
+        # Time travel: the first merge's commit still holds the first run's rows.
+        live_then = query(mirror, spark, f"SELECT * FROM {namespace}.{prefix}_artists WHERE NOT _is_deleted",
+                          as_of=str(first_commits[namespace])).count()
+        assert live_then == len(first.state_at("moma.public.artists"))
 
 
-def test_state_as_of_source_time_and_key_history_match_the_truth(stack, spark, cfg: PipelineConfig,
-                                                                 tmp_path: Path) -> None:
-    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "st")
+def test_state_as_of_source_time_and_key_history_match_the_truth(landed, spark) -> None:
+    cfg, source, truth = landed
     changes = truth.changes()
     middle = changes[len(changes) // 2].commit_us
     instant = (middle // 1000) * 1000 - 1  # the last microsecond of a millisecond: Debezium's ts_ms precision
@@ -157,8 +170,9 @@ def test_state_as_of_source_time_and_key_history_match_the_truth(stack, spark, c
     assert [r["name"] for r in found] == [c.row["name"] for c in expected]
 
 
-def test_concurrent_merges_of_one_table_leave_it_correct(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "cc")
+def test_concurrent_merges_of_one_table_leave_it_correct(landed, spark) -> None:
+    cfg, source, truth = landed
+    cfg = _own_mirrors(cfg, "cc")
     stages = [MirrorStage(cfg, spark), MirrorStage(cfg, spark)]
     errors: list[BaseException] = []
 
@@ -179,9 +193,9 @@ def test_concurrent_merges_of_one_table_leave_it_correct(stack, spark, cfg: Pipe
         _single_row_per_key(cfg, spark, table)
 
 
-def test_consistent_mode_merges_every_table_up_to_one_source_position(stack, spark, cfg: PipelineConfig,
-                                                                       tmp_path: Path) -> None:
-    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "cp", consistent=True)
+def test_consistent_mode_merges_every_table_up_to_one_source_position(landed, spark) -> None:
+    cfg, source, truth = landed
+    cfg = _own_mirrors(cfg, "cp", consistent=True)
     stage = MirrorStage(cfg, spark)
     position = stage.common_position(source.tables())
     reports = stage.run_once()
@@ -197,12 +211,13 @@ def test_consistent_mode_merges_every_table_up_to_one_source_position(stack, spa
     _assert_equal_to_truth(relaxed, spark, truth, source.tables())
 
 
-def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(stack, spark, cfg: PipelineConfig,
-                                                                tmp_path: Path) -> None:
-    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "kl")
+def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(landed, spark) -> None:
+    cfg, source, truth = landed
+    cfg = _own_mirrors(cfg, "kl")
     keys = [f"--set=mirror.keys.{table}={cfg.mirror.key_columns(table)[0]}" for table in source.tables()]
     command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in TEST_SETTINGS],
-               *keys, f"--set=mirror.tables={','.join(source.tables())}", "mirror"]
+               *keys, f"--set=mirror.tables={','.join(source.tables())}", f"--set=mirror.namespace={cfg.mirror.namespace}",
+               "mirror"]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None
