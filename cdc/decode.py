@@ -31,10 +31,11 @@ DMS_METADATA = {"timestamp": "string", "record_type": "string", "operation": "st
 DMS_OPERATIONS = ("load", "insert", "update", "delete")
 
 
-def avro(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: str) -> DataFrame:
-    """`writers`: schema id text -> writer schema text, for the ids present in `rows`."""
+def avro(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: str, inflate: bool = False) -> DataFrame:
+    """`writers`: schema id text -> writer schema text, for the ids present in `rows`; `inflate` when some
+    bodies are compressed (`Framing.body`)."""
     options = {"avroSchema": reader, "mode": "PERMISSIVE"}
-    body = framing.body()
+    body = framing.body(inflate)
     cases = [(F.col("schema_id") == schema_id, from_avro(body, writer, options))
              for schema_id, writer in sorted(writers.items())]
     value = functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0]))

@@ -5,15 +5,19 @@ A value is a tombstone (null), DMS JSON (a JSON object: first byte `{`), a regis
 wire format (`registry/wire.py`: Confluent magic 0 + 4-byte id, Apicurio legacy magic 0 + 8-byte global id,
 Glue version byte 3 + compression byte + 16-byte schema version UUID), or unframed (a dead letter).
 The schema id is a string column (a decimal id, or a Glue UUID in its canonical text), as `_schema_id` is.
+Glue bodies may be zlib-compressed (compression byte 5); only those rows go through Python to be inflated,
+since Spark has no zlib function.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType
 
 from registry.wire import CONFLUENT_MAGIC, GLUE_UNCOMPRESSED, GLUE_VERSION, GLUE_ZLIB, WireFormat
 
@@ -54,8 +58,17 @@ class Framing:
             return F.when(self._magic() & framed, uuid)
         return F.when(self._magic(), F.conv(F.hex(raw), 16, 10))
 
-    def body(self) -> Column:
-        return F.expr(f"substring(value, {self.header_bytes + 1}, length(value) - {self.header_bytes})")
+    def compressed(self) -> Column:
+        """True for a Glue frame whose body is zlib-compressed."""
+        if self.wire is not WireFormat.GLUE:
+            return F.lit(False)
+        return self._magic() & (F.substring("value", 2, 1) == F.lit(bytes([GLUE_ZLIB])))
+
+    def body(self, inflate: bool = False) -> Column:
+        """The Avro body. With `inflate`, compressed bodies are inflated (null when they do not inflate, so the
+        row decodes as malformed); leave it off for batches without compressed rows, to keep them on the JVM."""
+        body = F.expr(f"substring(value, {self.header_bytes + 1}, length(value) - {self.header_bytes})")
+        return F.when(self.compressed(), _inflate(body)).otherwise(body) if inflate else body
 
     def _magic(self) -> Column:
         return (F.length("value") >= self.header_bytes) & (F.substring("value", 1, 1) == F.lit(bytes([self.magic])))
@@ -68,3 +81,11 @@ def kind(schema_id: Column) -> Column:
             .when(F.substring("value", 1, 1) == F.lit(b"{"), F.lit(Kind.JSON.value))
             .when(schema_id.isNotNull(), F.lit(Kind.FRAMED.value))
             .otherwise(F.lit(Kind.UNFRAMED.value)))
+
+
+@F.udf(BinaryType(), useArrow=True)  # a type object: a DDL string would need a live session at import
+def _inflate(body: bytes | None) -> bytes | None:
+    try:
+        return zlib.decompress(body) if body is not None else None
+    except zlib.error:
+        return None

@@ -73,9 +73,11 @@ class TopicPlan:
     json_rows: int = 0
     row_type: str | None = None
     framed: dict[str, int] = field(default_factory=dict)
+    compressed: int = 0  # framed rows with a zlib-compressed body (Glue)
 
-    def add(self, kind: Kind, schema_id: str | None, rows: int, row_type: str | None) -> None:
+    def add(self, kind: Kind, schema_id: str | None, rows: int, row_type: str | None, compressed: int) -> None:
         self.rows += rows
+        self.compressed += compressed
         if kind is Kind.TOMBSTONE:
             self.tombstones += rows
         elif kind is Kind.UNFRAMED:
@@ -159,24 +161,30 @@ class ChangelogStage:
 
     def _wait_out_outage(self, stopping: threading.Event) -> bool:
         """After a failed query: while Kafka or the registry does not answer, log which one and where and wait
-        with backoff (up to a minute between tries). False when both answer: the failure was something else."""
-        delay, outage = 1.0, False
+        with backoff (up to a minute between tries), for at most `changelog.max_outage_s`. False when both
+        answer: the failure was something else."""
+        delay, since = 1.0, None
         while not stopping.is_set():
             try:
                 kafka.topic_names(self.cfg.kafka)
                 self.resolver.check()
             except (kafka.KafkaUnavailable, RegistryError) as exc:
-                outage = True
+                since = since or time.monotonic()
                 service = "kafka" if isinstance(exc, kafka.KafkaUnavailable) else "registry"
                 address = self.cfg.kafka.bootstrap_servers if service == "kafka" else self.resolver.address
+                waited, bound = time.monotonic() - since, self.cfg.changelog.max_outage_s
+                if bound and waited >= bound:
+                    raise StageError(f"{service} at {address} has not answered for {waited:.0f} s "
+                                     f"(changelog.max_outage_s = {bound:g}): {exc}; the checkpoint is intact, "
+                                     "so start the stage again once it is back") from exc
                 log.warning("changelog.outage", service=service, address=address, retry_in_s=delay, error=str(exc))
-                stopping.wait(delay)
+                stopping.wait(min(delay, bound - waited) if bound else delay)
                 delay = min(60.0, delay * 2)
                 continue
-            if outage:
+            if since is not None:
                 log.info("changelog.recovered")
-            return outage
-        return outage
+            return since is not None
+        return since is not None
 
     def _check_checkpoint(self) -> None:
         """A checkpoint records how far a subscription was read into one target; reading other topics, or
@@ -241,7 +249,7 @@ class ChangelogStage:
 
         report = BatchReport(batch_id)
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp",
-                           self.framing.schema_id().alias("schema_id"))
+                           self.framing.schema_id().alias("schema_id"), self.framing.compressed().alias("compressed"))
         raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
         try:
             plans = self._plan(raw)
@@ -267,12 +275,12 @@ class ChangelogStage:
 
         json_rows = F.when(F.col("kind") == Kind.JSON.value, F.col("value"))
         groups = (raw.groupBy("topic", "kind", "schema_id")
-                  .agg(F.count(F.lit(1)).alias("rows"),
+                  .agg(F.count(F.lit(1)).alias("rows"), F.count_if("compressed").alias("compressed"),
                        decode.dms_json_row_type(json_rows).alias("row_type")).collect())
         plans: dict[str, TopicPlan] = {}
         for group in groups:
             plan = plans.setdefault(group["topic"], TopicPlan(group["topic"]))
-            plan.add(Kind(group["kind"]), group["schema_id"], group["rows"], group["row_type"])
+            plan.add(Kind(group["kind"]), group["schema_id"], group["rows"], group["row_type"], group["compressed"])
         return plans
 
     def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport) -> list[DataFrame]:
@@ -297,7 +305,8 @@ class ChangelogStage:
                                    f"the schema id is not in the registry at {self.resolver.address}"))
         for reader, writers in by_reader.items():
             fmt = detect_format(json.loads(reader))
-            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader)
+            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader,
+                               inflate=plan.compressed > 0)
             decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names"))
         if plan.json_rows:
             part = decode.dms_json(rows.where(F.col("kind") == Kind.JSON.value), plan.row_type)

@@ -165,6 +165,8 @@ class ChangelogSettings(_Section):
     namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     dead_letter_table: str = Field("dead_letters", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     max_restarts: int = Field(3, ge=0, description="restarts from the checkpoint after a failure, with backoff")
+    max_outage_s: float = Field(0, ge=0, description="give up when Kafka or the registry stays unreachable this "
+                                "long (seconds); 0 waits for it forever")
 
     @field_validator("topics", mode="before")
     @classmethod

@@ -65,6 +65,14 @@ class GlueRegistry:
         """A version's definition by its UUID, from the cache after the first call."""
         return self._by_id.get(schema_id, lambda: self._definition(schema_id))
 
+    def latest_definition(self, subject: str) -> str:
+        """The newest version of the schema named `subject` (never cached: a version may be added any time)."""
+        with self._errors(f"schema {subject!r}"):
+            found = self._client.get_schema_version(
+                SchemaId={"RegistryName": self.registry_name, "SchemaName": subject},
+                SchemaVersionNumber={"LatestVersion": True})
+        return str(found["SchemaDefinition"])
+
     def _definition(self, version_id: uuid.UUID) -> str:
         with self._errors(f"schema version {version_id}"):
             return str(self._client.get_schema_version(SchemaVersionId=str(version_id))["SchemaDefinition"])

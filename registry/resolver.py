@@ -82,17 +82,4 @@ def _latest(registry: SchemaRegistry) -> Callable[[str], str]:
     if isinstance(registry, ApicurioClient):
         return lambda subject: registry.by_global_id(registry.latest(subject).global_id)
     assert isinstance(registry, GlueRegistry)
-    return _glue_latest(registry)
-
-
-def _glue_latest(registry: GlueRegistry) -> Callable[[str], str]:
-    """Through the backend's own boto3 client and error mapping (GlueRegistry has no `latest` of its own)."""
-
-    def latest(subject: str) -> str:
-        with registry._errors(f"schema {subject!r}"):
-            found = registry._client.get_schema_version(
-                SchemaId={"RegistryName": registry.registry_name, "SchemaName": subject},
-                SchemaVersionNumber={"LatestVersion": True})
-        return str(found["SchemaDefinition"])
-
-    return latest
+    return registry.latest_definition

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,17 +70,46 @@ def _dead_letters(spark, cfg: PipelineConfig, prefix: str):
     return _table(spark, cfg, "dead_letters").where(f"topic LIKE '{prefix}.%'")
 
 
-@pytest.mark.parametrize(("fmt", "lake_format"), [("debezium", "iceberg"), ("debezium-unwrapped", "iceberg"),
-                                                   ("dms", "iceberg"), ("dms-json", "iceberg"), ("debezium", "delta")])
-def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format: str, stack, spark,
-                                                            cfg: PipelineConfig, tmp_path: Path) -> None:
-    cfg = _with_lake(cfg, lake_format)
-    prefix = f"cl{uuid.uuid4().hex[:6]}"
-    summary, truth = _simulate(cfg, tmp_path, prefix, format=fmt, events=1200, snapshot_rows=40,
-                               duplicates=0.02, reorder=0.05, poison=0.02, evolve_at=600)
-    stage = _stage(cfg, spark, prefix, tmp_path / "checkpoint")
-    stage.run(until_caught_up=True)
+FORMATS = ["debezium", "debezium-unwrapped", "dms", "dms-json"]
 
+
+@dataclass(frozen=True)
+class Landed:
+    """A simulated source in one format, landed by the stage: where it went and what was sent."""
+
+    cfg: PipelineConfig
+    prefix: str
+    summary: Summary
+    truth: TruthStore
+
+
+def _land(cfg: PipelineConfig, spark, folder: Path, formats: list[str]) -> dict[str, Landed]:
+    """Simulate one source per format (duplicates, reordering, poison, schema evolution), then land all of
+    them in one run of the stage, so its micro-batches mix topics of every format."""
+    prefixes = {fmt: f"cl{uuid.uuid4().hex[:6]}" for fmt in formats}
+    landed = {}
+    for fmt, prefix in prefixes.items():
+        summary, truth = _simulate(cfg, folder, prefix, format=fmt, events=1200, snapshot_rows=40,
+                                   duplicates=0.02, reorder=0.05, poison=0.02, evolve_at=600)
+        landed[fmt] = Landed(cfg, prefix, summary, truth)
+    _stage(cfg, spark, f"({'|'.join(prefixes.values())})", folder / "checkpoint").run(until_caught_up=True)
+    return landed
+
+
+@pytest.fixture(scope="module")
+def landed_iceberg(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> dict[str, Landed]:
+    return _land(cfg, spark, tmp_path_factory.mktemp("formats"), FORMATS)
+
+
+@pytest.fixture(scope="module")
+def landed_delta(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> dict[str, Landed]:
+    return _land(_with_lake(cfg, "delta"), spark, tmp_path_factory.mktemp("delta"), ["debezium"])
+
+
+@pytest.mark.parametrize(("fmt", "lake_format"), [*[(fmt, "iceberg") for fmt in FORMATS], ("debezium", "delta")])
+def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format: str, spark, request) -> None:
+    source: Landed = request.getfixturevalue(f"landed_{lake_format}")[fmt]  # only the lake formats asked for
+    cfg, prefix, summary, truth = source.cfg, source.prefix, source.summary, source.truth
     expected = [(c.table.split(".")[-1], c.key, c.op,
                  *((str(c.tx_id), c.tx_position) if fmt.startswith("dms") else (c.lsn,))) for c in truth.changes()]
     landed = [(t, k, op, *rest) for t, k, op, *rest in _landed(spark, cfg, prefix, fmt)]
@@ -221,20 +251,27 @@ def test_an_unreachable_service_is_named_before_spark_starts(setting: str, named
     assert "spark.session" not in done.stderr
 
 
-@pytest.mark.parametrize(("backend", "wire"), [("apicurio", "apicurio-legacy"), ("glue", "glue")])
-def test_other_wire_formats_land_once_and_poison_goes_to_dead_letters(backend: str, wire: str, stack, spark,
-                                                                       cfg: PipelineConfig, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("backend", "wire", "compressions"), [("apicurio", "apicurio-legacy", [False]),
+                                                                ("glue", "glue", [False, True])])
+def test_other_wire_formats_land_once_and_poison_goes_to_dead_letters(backend: str, wire: str, compressions: list[bool],
+                                                                       stack, spark, cfg: PipelineConfig,
+                                                                       tmp_path: Path) -> None:
+    """Glue frames may carry zlib-compressed bodies; a producer with and one without compression land in one run."""
     cfg = cfg.model_copy(update={"registry": cfg.registry.model_copy(update={"backend": backend, "wire_format": wire})})
-    prefix = f"wf{uuid.uuid4().hex[:6]}"
-    summary, truth = _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=500,
-                               snapshot_rows=40, poison=0.04, evolve_at=250)
-    _stage(cfg, spark, prefix, tmp_path / "checkpoint").run(until_caught_up=True)
-    expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
-    assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)
-    schema_ids = _table(spark, cfg, f"{prefix}_employee").select("_schema_id").distinct().count()
-    assert schema_ids == 2  # both writer versions, named by the id the wire format carries
-    dead = _dead_letters(spark, cfg, prefix)
-    assert dead.count() == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:")) > 0
+    sources = {}
+    for compressed in compressions:
+        producer = cfg.model_copy(update={"registry": cfg.registry.model_copy(update={"glue_compression": compressed})})
+        prefix = f"wf{uuid.uuid4().hex[:6]}"
+        sources[prefix] = _simulate(producer, tmp_path, prefix, format="debezium", tables="employees", events=500,
+                                    snapshot_rows=40, poison=0.04, evolve_at=250)
+    _stage(cfg, spark, f"({'|'.join(sources)})", tmp_path / "checkpoint").run(until_caught_up=True)
+    for prefix, (summary, truth) in sources.items():
+        expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
+        assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)
+        schema_ids = _table(spark, cfg, f"{prefix}_employee").select("_schema_id").distinct().count()
+        assert schema_ids == 2  # both writer versions, named by the id the wire format carries
+        dead = _dead_letters(spark, cfg, prefix)
+        assert dead.count() == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:")) > 0
 
 
 class _Proxy:
@@ -320,3 +357,16 @@ def test_a_checkpoint_of_another_subscription_is_a_clear_error(stack, spark, cfg
     with pytest.raises(StageError, match=r"belongs to a changelog stage with .*give this configuration its own "
                                          r"changelog.checkpoint"):
         other.run(until_caught_up=True)
+
+
+def test_an_outage_longer_than_the_bound_stops_the_stage_naming_it(stack, spark, cfg: PipelineConfig,
+                                                                    tmp_path: Path) -> None:
+    proxy = _Proxy(cfg.stack.registry_port)
+    cfg = cfg.model_copy(update={
+        "registry": cfg.registry.model_copy(update={"url": f"http://127.0.0.1:{proxy.port}"}),
+        "changelog": cfg.changelog.model_copy(update={"max_outage_s": 2.0})})
+    stage = _stage(cfg, spark, "bound", tmp_path / "checkpoint")
+    assert stage._wait_out_outage(threading.Event()) is False  # both answer: not an outage
+    proxy.close()  # and never back: the stage gives up instead of waiting forever
+    with pytest.raises(StageError, match=rf"registry at \S*127.0.0.1:{proxy.port}\S* has not answered .*max_outage_s"):
+        stage._wait_out_outage(threading.Event())

@@ -34,6 +34,7 @@ def test_register_and_fetch_versions(glue: GlueRegistry, cfg: PipelineConfig) ->
     client = boto3.client("glue", **cfg.aws.boto3_kwargs())
     fresh = GlueRegistry(client, REGISTRY)
     assert [json.loads(fresh.schema(v)) for v in (first, second)] == [V1, V2]
+    assert json.loads(fresh.latest_definition(subject)) == V2
     schema = client.get_schema(SchemaId={"RegistryName": REGISTRY, "SchemaName": subject})
     assert (schema["Compatibility"], schema["DataFormat"], schema["LatestSchemaVersion"]) == ("BACKWARD", "AVRO", 2)
 
