@@ -196,6 +196,9 @@ class MirrorSettings(_Section):
     consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
+    deleted_view_suffix: str = Field("_deleted", pattern=r"^[A-Za-z0-9_]+$", description="mirror view of soft deletes")
+    latest_view_suffix: str = Field("_latest", pattern=r"^[A-Za-z0-9_]+$",
+                                    description="changelog view of the newest change per key")
 
     @field_validator("tables", mode="before")
     @classmethod

@@ -44,6 +44,11 @@ def spark_catalog_conf(catalog: CatalogSettings, aws: AwsSettings) -> dict[str, 
     return conf
 
 
+def keeps_views(catalog: CatalogSettings) -> bool:
+    """Iceberg's Glue catalog has no views: there they live in Athena (`pipeline athena-ddl`)."""
+    return catalog.type != "glue"
+
+
 def pyiceberg_properties(catalog: CatalogSettings, aws: AwsSettings) -> dict[str, str]:
     """The same catalog in pyiceberg's property names."""
     props: dict[str, str] = {"type": {"jdbc": "sql"}.get(catalog.type, catalog.type)}

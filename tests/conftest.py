@@ -14,7 +14,8 @@ import socket
 
 import pytest
 
-from pipeline.config import PipelineConfig, load_config
+from pipeline.config import CatalogSettings, PipelineConfig, load_config
+from tables.catalog import spark_catalog_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +38,16 @@ TEST_SETTINGS = [
     "spark.driver_memory=2g",
 ]
 
+# Catalogs besides the default one, configured on the one shared Spark session (one JVM serves every test);
+# a test runs the stages against one by replacing its configuration's `catalog` (`with_catalog`).
+GLUE_BUCKET = "lake-test"
+GLUE_CATALOG = CatalogSettings(name="glue", type="glue", warehouse=f"s3://{GLUE_BUCKET}/warehouse")
+EXTRA_CATALOGS = (GLUE_CATALOG,)
+
+
+def with_catalog(cfg: PipelineConfig, catalog: CatalogSettings) -> PipelineConfig:
+    return cfg.model_copy(update={"catalog": catalog})
+
 
 def free_port() -> int:
     """A port nothing listens on right now, for a throw-away service in one test."""
@@ -46,8 +57,11 @@ def free_port() -> int:
 
 
 def make_config(*overrides: str) -> PipelineConfig:
-    """The test configuration plus `overrides`; the process environment is ignored for repeatability."""
-    return load_config(overrides=[*TEST_SETTINGS, *overrides], environ={})
+    """The test configuration plus `overrides`; the process environment is ignored for repeatability.
+    Its Spark settings include the extra catalogs."""
+    cfg = load_config(overrides=[*TEST_SETTINGS, *overrides], environ={})
+    extra = {key: value for catalog in EXTRA_CATALOGS for key, value in spark_catalog_conf(catalog, cfg.aws).items()}
+    return cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"conf": {**extra, **cfg.spark.conf}})})
 
 
 @pytest.fixture(scope="session")
