@@ -52,10 +52,10 @@ class ViewSpec:
 
 
 def mirror_views(cfg: PipelineConfig, table: str) -> list[ViewSpec]:
-    namespace, suffixes = cfg.mirror.namespace, cfg.mirror
+    namespace, current, deleted = cfg.mirror.namespace, cfg.mirror.view_suffix, cfg.mirror.deleted_view_suffix
     return [
-        ViewSpec(namespace, f"{table}{suffixes.view_suffix}", table, "SELECT * FROM {table} WHERE NOT _is_deleted"),
-        ViewSpec(namespace, f"{table}{suffixes.deleted_view_suffix}", table, "SELECT * FROM {table} WHERE _is_deleted"),
+        ViewSpec(namespace, f"{table}{current}", table, "SELECT * FROM {table} WHERE NOT _is_deleted"),
+        ViewSpec(namespace, f"{table}{deleted}", table, "SELECT * FROM {table} WHERE _is_deleted"),
     ]
 
 
@@ -84,9 +84,9 @@ def lake_views(cfg: PipelineConfig, spark: SparkSession) -> list[ViewSpec]:
     is configured (`mirror.keys.<table>`)."""
     views = [view for name in table_names(cfg, spark, cfg.mirror.namespace) for view in mirror_views(cfg, name)]
     for name in table_names(cfg, spark, cfg.changelog.namespace):
-        keys = cfg.mirror.key_columns(name)
         if name == cfg.changelog.dead_letter_table:
             continue
+        keys = cfg.mirror.key_columns(name)
         if not keys:
             log.warning("views.no_key", table=name, skipped=f"{name}{cfg.mirror.latest_view_suffix}",
                         fix=f"set mirror.keys.{name} = '<column>[,<column>…]'")
