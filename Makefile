@@ -40,6 +40,7 @@ unit: $(PIP_STAMP)
 bench: setup
 	$(PY) bench/stack.py
 	$(PY) bench/mirror.py
+	$(PY) bench/query.py
 	$(PY) -m pipeline stack up
 	$(PY) bench/simulate.py
 	$(PY) bench/changelog.py

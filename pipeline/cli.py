@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     setup.set_defaults(handler=cmd_setup)
 
     stack = commands.add_parser("stack", help="the embedded Kafka, Apicurio Registry and moto server")
-    stack.add_argument("--only", action="append", choices=["kafka", "registry", "moto"],
+    stack.add_argument("--only", action="append", choices=["kafka", "registry", "moto", "metastore"],
                        help="act on this service only; repeatable (default: all)")
     actions = stack.add_subparsers(dest="action", required=True)
     actions.add_parser("up", help="start every service and wait until healthy (idempotent)").set_defaults(handler=cmd_stack_up)
@@ -107,6 +107,18 @@ def build_parser() -> argparse.ArgumentParser:
     maintain = commands.add_parser("maintain", help="compact, expire old snapshots and delete orphan files")
     maintain.add_argument("--tables", help="comma-separated tables (default: every changelog table and its mirror)")
     maintain.set_defaults(handler=cmd_maintain)
+
+    views = commands.add_parser("views", help="(re)create the tables' SQL views in the catalog and print their DDL")
+    views.add_argument("--print-only", action="store_true", help="print the DDL without creating the views")
+    views.set_defaults(handler=cmd_views)
+
+    athena = commands.add_parser("athena-ddl", help="print the Athena statements for the lake's tables and views")
+    athena.set_defaults(handler=cmd_athena_ddl)
+
+    sql_server = commands.add_parser("sql-server", help="serve the lake over HiveServer2 (beeline, JDBC, PyHive)")
+    sql_server.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    sql_server.add_argument("--port", type=int, default=10000, help="the HiveServer2 port")
+    sql_server.set_defaults(handler=cmd_sql_server)
 
     config = commands.add_parser("config", help="print the effective configuration (secrets masked)")
     config.set_defaults(handler=cmd_config)
@@ -301,6 +313,49 @@ def cmd_maintain(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
     for report in maintain_lake(cfg, get_spark(cfg), _split(args.tables)):
         print(report.line())
+    return EXIT_OK
+
+
+def cmd_views(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.spark import get_spark
+    from tables.catalog import keeps_views
+    from tables.views import lake_views, replace_views
+
+    spark = get_spark(cfg)
+    catalog = cfg.catalog.name if cfg.lake.format == "iceberg" else None  # Delta: the session catalog
+    views = lake_views(cfg, spark)
+    for view in views:
+        print(f"{view.spark_ddl(catalog)};")
+    if catalog is None:
+        print("-- Delta path tables: `query` and `sql-server` create these views in their session")
+    elif not keeps_views(cfg.catalog):
+        print(f"-- the {cfg.catalog.type} catalog keeps no views: create them in Athena (pipeline athena-ddl)")
+    elif not args.print_only:
+        replace_views(spark, catalog, views)
+        print(f"-- {len(views)} views created in {catalog}")
+    return EXIT_OK
+
+
+def cmd_athena_ddl(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.athena import athena_ddl
+    from pipeline.spark import get_spark
+
+    print(athena_ddl(cfg, get_spark(cfg)), end="")
+    return EXIT_OK
+
+
+def cmd_sql_server(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from pipeline.spark import get_spark
+    from pipeline.sql_server import serve, server_config
+
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    cfg = server_config(cfg)
+    serve(cfg, get_spark(cfg), args.host, args.port, stopping)
     return EXIT_OK
 
 

@@ -40,12 +40,14 @@ class StackSettings(_Section):
     registry_heap: str = "512m"
     registry_java: Path | None = Field(None, description="a Java 21+ executable; found automatically when unset")
     moto_port: int = Field(5000, ge=1, le=65535)
+    metastore: bool = Field(False, description="also run a Hive metastore (always when catalog.type = 'hive')")
+    metastore_port: int = Field(9083, ge=1, le=65535)
     start_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> StackSettings:
         ports = [self.kafka_port, self.kafka_controller_port, self.registry_port, self.registry_management_port,
-                 self.moto_port]
+                 self.moto_port, self.metastore_port]
         if len(set(ports)) != len(ports):
             raise ValueError(f"stack ports must be distinct, got {ports}")
         return self
@@ -122,8 +124,9 @@ class CatalogSettings(_Section):
     """The Iceberg catalog that Spark and pyiceberg share (same name, same paths)."""
 
     name: str = Field("lake", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    type: Literal["jdbc", "glue", "rest"] = "jdbc"
-    uri: str | None = Field(None, description="jdbc: a sqlite file by default; rest: the server URL")
+    type: Literal["jdbc", "glue", "rest", "hive"] = "jdbc"
+    uri: str | None = Field(None, description="jdbc: a sqlite file by default; rest: the server URL; "
+                            "hive: thrift://host:port, the embedded metastore by default")
     warehouse: str | None = Field(None, description="defaults to <home>/warehouse; s3://… for glue")
     properties: dict[str, str] = Field(default_factory=dict)
 
@@ -198,6 +201,9 @@ class MirrorSettings(_Section):
     consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
+    deleted_view_suffix: str = Field("_deleted", pattern=r"^[A-Za-z0-9_]+$", description="mirror view of soft deletes")
+    latest_view_suffix: str = Field("_latest", pattern=r"^[A-Za-z0-9_]+$",
+                                    description="changelog view of the newest change per key")
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -262,6 +268,9 @@ class PipelineConfig(BaseModel):
             aws.setdefault("secret_access_key", "test")
         if catalog.get("type", "jdbc") == "jdbc":
             catalog.setdefault("uri", f"jdbc:sqlite:{home / 'catalog.db'}")
+            catalog.setdefault("warehouse", (home / "warehouse").as_uri())
+        elif catalog.get("type") == "hive":
+            catalog.setdefault("uri", f"thrift://{stack.host}:{stack.metastore_port}")
             catalog.setdefault("warehouse", (home / "warehouse").as_uri())
         elif catalog.get("type") == "glue" and not catalog.get("warehouse"):
             raise ValueError("catalog.type = 'glue' needs catalog.warehouse (an s3:// location)")

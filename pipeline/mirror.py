@@ -18,7 +18,9 @@ import structlog
 
 from cdc.merge import latest_per_key, merge_clauses
 from pipeline.config import PipelineConfig
+from tables.catalog import keeps_views
 from tables.lake import LakeTable, lake_table, table_names
+from tables.views import replace_views, table_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -142,7 +144,8 @@ class MirrorStage:
         # Held-back rows must be read again: the watermark only moves past commits merged in full.
         merged_through = after if held_back else through
         if merged:
-            self._prepare(target, reduced, name)
+            if self._prepare(target, reduced, name):
+                self._replace_views(name, keys, source)
             metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
             target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
         return TableReport(name, count, merged, held_back, merged_through, time.perf_counter() - started)
@@ -150,18 +153,25 @@ class MirrorStage:
     def _changelog(self, name: str) -> LakeTable:
         return lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
 
-    def _prepare(self, target: LakeTable, reduced: DataFrame, name: str) -> None:
-        """Create the mirror on first sight, and add the columns the source gained since the last run."""
+    def _prepare(self, target: LakeTable, reduced: DataFrame, name: str) -> bool:
+        """Create the mirror on first sight, and add the columns the source gained since the last run;
+        True when the table's shape changed (so its views must be replaced)."""
         if not target.exists():
             target.create(reduced, self.settings.partition_columns(name), self.settings.write_mode)
-            target.replace_view(self.settings.view_suffix, "NOT _is_deleted")
-            return
+            return True
         present = {f.name for f in target.fields()}
         new = [f for f in reduced.schema.fields if f.name not in present]
         if new:
             target.add_columns(new)
-            target.replace_view(self.settings.view_suffix, "NOT _is_deleted")
             log.info("mirror.columns_added", table=target.ref, columns=[f.name for f in new])
+        return bool(new)
+
+    def _replace_views(self, name: str, keys: list[str], source: LakeTable) -> None:
+        """The table's views, in catalogs that keep views (Delta path tables get theirs per query session)."""
+        if self.cfg.lake.format != "iceberg" or not keeps_views(self.cfg.catalog):
+            return
+        columns = [f.name for f in source.fields()]
+        replace_views(self.spark, self.cfg.catalog.name, table_views(self.cfg, name, keys, columns))
 
 
 def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:

@@ -4,7 +4,7 @@
 - History of a key: every changelog row of the key in `_seq` order, with the lake commit that added it.
 - As of a source time: the changelog rebuilt to the state the source held then (`cdc.merge.state_as_of`).
 Delta path tables are registered in the session catalog first, so SQL names them like Iceberg tables:
-`changelog.<table>`, `mirror.<table>`, `mirror.<table>_current`.
+`changelog.<table>`, `mirror.<table>` and their views (`tables/views.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from cdc.merge import state_as_of
 from pipeline.config import PipelineConfig
 from pipeline.mirror import table_keys
 from tables.lake import lake_table, table_names
+from tables.views import lake_views, replace_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -38,16 +39,15 @@ def as_of_sql(sql: str, as_of: str) -> str:
 
 
 def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
-    """Name Delta path tables in the session catalog: `changelog.<t>`, `mirror.<t>` and `mirror.<t>_current`."""
+    """Name Delta path tables and their views in the session catalog: `changelog.<t>`, `changelog.<t>_latest`,
+    `mirror.<t>`, `mirror.<t>_current`, `mirror.<t>_deleted`."""
     spark.sql("USE spark_catalog")
     for namespace in (cfg.changelog.namespace, cfg.mirror.namespace):
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {namespace}")
         for name in table_names(cfg, spark, namespace):
             path = f"{cfg.lake.delta_root}/{namespace}/{name}"
             spark.sql(f"CREATE TABLE IF NOT EXISTS {namespace}.{name} USING delta LOCATION '{path}'")
-            if namespace == cfg.mirror.namespace:
-                spark.sql(f"CREATE OR REPLACE VIEW {namespace}.{name}{cfg.mirror.view_suffix} AS "
-                          f"SELECT * FROM {namespace}.{name} WHERE NOT _is_deleted")
+    replace_views(spark, None, lake_views(cfg, spark))
 
 
 def query(cfg: PipelineConfig, spark: SparkSession, sql: str, as_of: str | None = None) -> DataFrame:

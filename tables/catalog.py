@@ -13,6 +13,7 @@ from pipeline.config import AwsSettings, CatalogSettings
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
+HIVE_LOCKS = "hadoop.iceberg.engine.hive.lock-enabled"
 JDBC_SCHEMA_VERSION = "V1"  # the JDBC catalog layout pyiceberg's SqlCatalog reads and writes
 
 
@@ -32,6 +33,10 @@ def spark_catalog_conf(catalog: CatalogSettings, aws: AwsSettings) -> dict[str, 
         conf[f"{prefix}.warehouse"] = catalog.warehouse
     if catalog.type == "jdbc":
         conf[f"{prefix}.jdbc.schema-version"] = JDBC_SCHEMA_VERSION
+    if catalog.type == "hive":
+        # Hive 2.3.10+ metastores swap a table's metadata pointer atomically (HIVE-26882), so commits need no
+        # HMS lock; the embedded metastore has no lock tables. For older metastores set this property to true.
+        conf[f"{prefix}.{HIVE_LOCKS}"] = "false"
     if catalog.type == "glue" or (catalog.warehouse or "").startswith("s3"):
         conf[f"{prefix}.io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
         conf[f"{prefix}.client.region"] = aws.region
@@ -42,6 +47,11 @@ def spark_catalog_conf(catalog: CatalogSettings, aws: AwsSettings) -> dict[str, 
                 conf[f"{prefix}.glue.endpoint"] = aws.endpoint_url
     conf.update({f"{prefix}.{key}": value for key, value in catalog.properties.items()})
     return conf
+
+
+def keeps_views(catalog: CatalogSettings) -> bool:
+    """Iceberg's Glue catalog has no views: there they live in Athena (`pipeline athena-ddl`)."""
+    return catalog.type != "glue"
 
 
 def pyiceberg_properties(catalog: CatalogSettings, aws: AwsSettings) -> dict[str, str]:

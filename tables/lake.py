@@ -47,7 +47,6 @@ class LakeTable(Protocol):
     def add_columns(self, fields: list[StructField]) -> None: ...
     def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None: ...
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None: ...
-    def replace_view(self, suffix: str, where: str) -> str | None: ...
 
 
 def lake_table(cfg: PipelineConfig, spark: SparkSession, namespace: str, name: str) -> LakeTable:
@@ -151,12 +150,6 @@ class IcebergLakeTable:
             self.spark.sql(merge_sql(self.ref, view, clauses))
         self.spark.catalog.dropTempView(view)
 
-    def replace_view(self, suffix: str, where: str) -> str | None:
-        """A catalog view `<table><suffix>` of the rows matching `where`; replaced so new columns show."""
-        view = f"{self.ref}{suffix}"
-        self.spark.sql(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM {self.ref} WHERE {where}")
-        return view
-
     def _has_snapshot(self, snapshot_id: int) -> bool:
         return self.spark.sql(f"SELECT 1 FROM {self.ref}.snapshots WHERE snapshot_id = {snapshot_id}").first() is not None
 
@@ -248,10 +241,6 @@ class DeltaLakeTable:
             builder = builder.whenNotMatchedInsert(clause.condition, clause.assignments)
         with _session_conf(self.spark, {DELTA_METADATA_CONF: json.dumps(metadata)}):
             builder.execute()
-
-    def replace_view(self, suffix: str, where: str) -> str | None:
-        """Path tables have no catalog to keep a view in; `pipeline query` defines it per session."""
-        return None
 
     def _change_feed(self) -> bool:
         from delta.tables import DeltaTable

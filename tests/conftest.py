@@ -14,7 +14,8 @@ import socket
 
 import pytest
 
-from pipeline.config import PipelineConfig, load_config
+from pipeline.config import CatalogSettings, PipelineConfig, load_config
+from tables.catalog import spark_catalog_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,18 +25,33 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parent.parent
 # Two checkouts can test side by side on one machine with different offsets (PYTEST_PORT_OFFSET=100).
 PORT_OFFSET = int(os.environ.get("PYTEST_PORT_OFFSET", "0"))
+TEST_HOME = REPO / ".pipeline" / ("test" if not PORT_OFFSET else f"test-{PORT_OFFSET}")
 TEST_SETTINGS = [
-    f"home={REPO / '.pipeline' / ('test' if not PORT_OFFSET else f'test-{PORT_OFFSET}')}",
+    f"home={TEST_HOME}",
     f"jars={REPO / '.pipeline' / 'jars'}",  # shared with `make setup`: resolved once per checkout
     f"stack.kafka_port={19092 + PORT_OFFSET}",
     f"stack.kafka_controller_port={19093 + PORT_OFFSET}",
     f"stack.registry_port={18081 + PORT_OFFSET}",
     f"stack.registry_management_port={19001 + PORT_OFFSET}",
     f"stack.moto_port={15001 + PORT_OFFSET}",
+    "stack.metastore=true",
+    f"stack.metastore_port={19083 + PORT_OFFSET}",
     "spark.master=local[2]",
     "spark.shuffle_partitions=2",
     "spark.driver_memory=2g",
 ]
+
+# Catalogs besides the default one, configured on the one shared Spark session (one JVM serves every test);
+# a test runs the stages against one by replacing its configuration's `catalog` (`with_catalog`).
+GLUE_BUCKET = "lake-test"
+GLUE_CATALOG = CatalogSettings(name="glue", type="glue", warehouse=f"s3://{GLUE_BUCKET}/warehouse")
+HIVE_CATALOG = CatalogSettings(name="hms", type="hive", uri=f"thrift://127.0.0.1:{19083 + PORT_OFFSET}",
+                               warehouse=(TEST_HOME / "hms-warehouse").as_uri())
+EXTRA_CATALOGS = (GLUE_CATALOG, HIVE_CATALOG)
+
+
+def with_catalog(cfg: PipelineConfig, catalog: CatalogSettings) -> PipelineConfig:
+    return cfg.model_copy(update={"catalog": catalog})
 
 
 def free_port() -> int:
@@ -46,8 +62,11 @@ def free_port() -> int:
 
 
 def make_config(*overrides: str) -> PipelineConfig:
-    """The test configuration plus `overrides`; the process environment is ignored for repeatability."""
-    return load_config(overrides=[*TEST_SETTINGS, *overrides], environ={})
+    """The test configuration plus `overrides`; the process environment is ignored for repeatability.
+    Its Spark settings include the extra catalogs."""
+    cfg = load_config(overrides=[*TEST_SETTINGS, *overrides], environ={})
+    extra = {key: value for catalog in EXTRA_CATALOGS for key, value in spark_catalog_conf(catalog, cfg.aws).items()}
+    return cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"conf": {**extra, **cfg.spark.conf}})})
 
 
 @pytest.fixture(scope="session")

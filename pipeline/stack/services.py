@@ -1,4 +1,4 @@
-"""The three embedded services: what each runs, which ports it owns, and how its health is read."""
+"""The embedded services: what each runs, which ports it owns, and how its health is read."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import requests
 from pipeline import jvm
 from pipeline.config import PipelineConfig
 from pipeline.stack.java import find_java
-from pipeline.stack.process import ManagedProcess
+from pipeline.stack.process import ManagedProcess, port_in_use
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,47 @@ class Moto(Service):
             return False
 
 
+class Metastore(Service):
+    """A Thrift Hive metastore (Hive 2.3, from the jars PySpark ships) on an embedded Derby database, so Hive
+    and any HMS-speaking engine share the lake's tables (`catalog.type = 'hive'`)."""
+
+    name = "metastore"
+
+    @property
+    def ports(self) -> list[Port]:
+        return [Port("stack.metastore_port", self.cfg.stack.metastore_port)]
+
+    @property
+    def address(self) -> str:
+        return f"thrift://{self.host}:{self.cfg.stack.metastore_port}"
+
+    def command(self) -> list[str]:
+        import pyspark
+
+        java = find_java(17, "the Hive metastore")
+        classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+        settings = {
+            "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={self.folder / 'derby'};create=true",
+            "datanucleus.schema.autoCreateAll": "true",  # the first start creates the schema
+            "datanucleus.connectionPoolingType": "dbcp",  # Hive 2.3 defaults to BoneCP, which PySpark does not ship
+            "hive.metastore.schema.verification": "false",
+            "hive.metastore.warehouse.dir": str(self.folder / "warehouse"),
+            "hive.metastore.event.db.notification.api.auth": "false",
+        }
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # Hive logs asynchronously by default, through a library PySpark does not ship.
+        return [str(java), "-Xmx384m", f"-Dderby.system.home={self.folder}", "-Dhive.async.log.enabled=false",
+                f"-Dhive.log.dir={self.folder}",
+                "-cp", classpath,
+                "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.cfg.stack.metastore_port),
+                *[arg for key, value in settings.items() for arg in ("--hiveconf", f"{key}={value}")]]
+
+    def healthy(self) -> bool:
+        """Listening: the metastore opens its port only once its database is ready."""
+        return port_in_use(self.host, self.cfg.stack.metastore_port)
+
+
 def all_services(cfg: PipelineConfig) -> list[Service]:
     """In start order: a service comes after the ones it depends on."""
-    return [Kafka(cfg), Moto(cfg), Registry(cfg)]
+    metastore = [Metastore(cfg)] if cfg.stack.metastore or cfg.catalog.type == "hive" else []
+    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore]

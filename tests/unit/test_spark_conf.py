@@ -88,3 +88,13 @@ def test_spark_connectors_match_the_installed_pyspark() -> None:
     packages = jvm.spark_packages()
     assert f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}" in packages
     assert f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}" in packages
+
+
+def test_hive_catalog_is_the_embedded_metastore_by_default(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "catalog.type=hive", "stack.metastore_port=9999")
+    conf = spark_conf(cfg)
+    props = pyiceberg_properties(cfg.catalog, cfg.aws)
+    assert conf["spark.sql.catalog.lake.type"] == props["type"] == "hive"
+    assert conf["spark.sql.catalog.lake.uri"] == props["uri"] == "thrift://127.0.0.1:9999"
+    assert conf["spark.sql.catalog.lake.hadoop.iceberg.engine.hive.lock-enabled"] == "false"
+    assert props["warehouse"] == (tmp_path / "warehouse").as_uri()

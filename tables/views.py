@@ -1,0 +1,96 @@
+"""The SQL views analysts query, defined once in Spark SQL and rendered for each engine.
+
+- `mirror.<t>_current`: the mirror without soft-deleted rows, the source's current state.
+- `mirror.<t>_deleted`: the soft-deleted rows with `_deleted_at`, what the source deleted and when.
+- `changelog.<t>_latest`: the newest change per key (by `_seq`), deletes included.
+
+Spark creates them in the catalog when the catalog keeps views (JDBC, REST and Hive do; Iceberg's Glue catalog
+does not, so there Athena holds them, from `pipeline athena-ddl`). Athena's text is the same view transpiled
+by sqlglot into the Athena (Trino) dialect, so the two engines never drift apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from pipeline.config import PipelineConfig
+from tables.lake import lake_table, table_names
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger(__name__)
+
+LATEST_RANK = "_latest_rank"
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    namespace: str
+    name: str  # the view's name, e.g. moma_artists_current
+    table: str  # the table it reads, in the same namespace
+    body: str  # Spark SQL with `{table}` where the table's identifier goes
+
+    def select(self, table_ref: str) -> str:
+        return self.body.format(table=table_ref)
+
+    def spark_ddl(self, catalog: str | None) -> str:
+        """`CREATE OR REPLACE VIEW` in `catalog` (None: the session catalog, e.g. for Delta path tables)."""
+        prefix = f"{catalog}." if catalog else ""
+        return (f"CREATE OR REPLACE VIEW {prefix}{self.namespace}.{self.name} AS "
+                f"{self.select(f'{prefix}{self.namespace}.{self.table}')}")
+
+    def athena_ddl(self) -> str:
+        """The view in Athena's dialect, over the Glue database named like the namespace."""
+        import sqlglot
+
+        # Every identifier quoted: Athena wants names that start with `_` (the pipeline's columns) in quotes.
+        return sqlglot.transpile(self.spark_ddl(None), read="spark", write="athena", identify=True)[0]
+
+
+def mirror_views(cfg: PipelineConfig, table: str) -> list[ViewSpec]:
+    namespace, current, deleted = cfg.mirror.namespace, cfg.mirror.view_suffix, cfg.mirror.deleted_view_suffix
+    return [
+        ViewSpec(namespace, f"{table}{current}", table, "SELECT * FROM {table} WHERE NOT _is_deleted"),
+        ViewSpec(namespace, f"{table}{deleted}", table, "SELECT * FROM {table} WHERE _is_deleted"),
+    ]
+
+
+def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns: list[str]) -> ViewSpec:
+    """Columns are listed, not `*`, so the rank stays out of the view; new columns need the view replaced,
+    which the mirror stage does when it sees them."""
+    partition = ", ".join(f"`{k}`" for k in keys)
+    listed = ", ".join(f"`{c}`" for c in columns)
+    body = (f"SELECT {listed} FROM (SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) "
+            f"AS {LATEST_RANK} FROM {{table}}) WHERE {LATEST_RANK} = 1")
+    return ViewSpec(cfg.changelog.namespace, f"{table}{cfg.mirror.latest_view_suffix}", table, body)
+
+
+def table_views(cfg: PipelineConfig, table: str, keys: list[str], changelog_columns: list[str]) -> list[ViewSpec]:
+    """Every view of one source table: its mirror's two and its changelog's one."""
+    return [*mirror_views(cfg, table), latest_change_view(cfg, table, keys, changelog_columns)]
+
+
+def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec]) -> None:
+    for view in views:
+        spark.sql(view.spark_ddl(catalog))
+
+
+def lake_views(cfg: PipelineConfig, spark: SparkSession) -> list[ViewSpec]:
+    """Every view of the lake: two per mirror, and the latest-change view of each changelog table whose key
+    is configured (`mirror.keys.<table>`)."""
+    views = [view for name in table_names(cfg, spark, cfg.mirror.namespace) for view in mirror_views(cfg, name)]
+    for name in table_names(cfg, spark, cfg.changelog.namespace):
+        if name == cfg.changelog.dead_letter_table:
+            continue
+        keys = cfg.mirror.key_columns(name)
+        if not keys:
+            log.warning("views.no_key", table=name, skipped=f"{name}{cfg.mirror.latest_view_suffix}",
+                        fix=f"set mirror.keys.{name} = '<column>[,<column>…]'")
+            continue
+        columns = [f.name for f in lake_table(cfg, spark, cfg.changelog.namespace, name).fields()]
+        views.append(latest_change_view(cfg, name, keys, columns))
+    return views

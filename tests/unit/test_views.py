@@ -1,0 +1,38 @@
+"""The views' SQL: one Spark definition, rendered for Spark and for Athena (parsed back in Athena's dialect)."""
+
+from pathlib import Path
+
+import sqlglot
+from sqlglot import exp
+
+from pipeline.config import load_config
+from pipeline.stack.services import all_services
+from tables.catalog import keeps_views
+from tables.views import table_views
+
+
+def _cfg(tmp_path: Path, *overrides: str):
+    return load_config(overrides=[f"home={tmp_path}", *overrides], environ={})
+
+
+def test_each_table_has_three_views_in_spark_and_athena(tmp_path: Path) -> None:
+    views = table_views(_cfg(tmp_path), "moma_artists", ["artist_id"], ["artist_id", "name", "_is_deleted", "_seq"])
+    assert [(v.namespace, v.name) for v in views] == [
+        ("mirror", "moma_artists_current"), ("mirror", "moma_artists_deleted"), ("changelog", "moma_artists_latest")]
+    assert views[0].spark_ddl("lake") == ("CREATE OR REPLACE VIEW lake.mirror.moma_artists_current AS "
+                                          "SELECT * FROM lake.mirror.moma_artists WHERE NOT _is_deleted")
+    for view in views:
+        spark = sqlglot.parse_one(view.spark_ddl("lake"), read="spark")
+        athena = sqlglot.parse_one(view.athena_ddl(), read="athena")
+        assert isinstance(spark, exp.Create) and isinstance(athena, exp.Create) and athena.kind == "VIEW"
+        assert athena.this.sql("athena") == f'"{view.namespace}"."{view.name}"'
+    latest = sqlglot.parse_one(views[2].athena_ddl(), read="athena")
+    assert [c.name for c in latest.expression.expressions] == ["artist_id", "name", "_is_deleted", "_seq"]
+
+
+def test_glue_keeps_no_views_and_the_metastore_runs_when_asked(tmp_path: Path) -> None:
+    assert keeps_views(_cfg(tmp_path).catalog)
+    assert not keeps_views(_cfg(tmp_path, "catalog.type=glue", "catalog.warehouse=s3://lake/wh").catalog)
+    assert "metastore" not in [s.name for s in all_services(_cfg(tmp_path))]
+    assert "metastore" in [s.name for s in all_services(_cfg(tmp_path, "catalog.type=hive"))]
+    assert "metastore" in [s.name for s in all_services(_cfg(tmp_path, "stack.metastore=true"))]
