@@ -63,7 +63,8 @@ class Kinesis:
 def _session(options: ClientOptions) -> boto3.Session:
     """The default credential chain (environment, profile, instance role), or with `stsRoleArn` the role's
     temporary credentials from STS (cross-account reads, as in the seed)."""
-    session = boto3.Session(region_name=options.region)
+    keys = dict(zip(("aws_access_key_id", "aws_secret_access_key"), options.keys or ()))
+    session = boto3.Session(region_name=options.region, **keys)
     if not options.sts_role_arn:
         return session
     sts = session.client("sts", endpoint_url=options.sts_endpoint_url or None)

@@ -68,6 +68,7 @@ class ClientOptions:
 
     endpoint_url: str | None = None
     region: str = "us-east-1"
+    keys: tuple[str, str] | None = None  # (access key id, secret key) from the pipeline's config; not an option
     sts_role_arn: str | None = None
     sts_session_name: str | None = None
     sts_endpoint_url: str | None = None
