@@ -2,7 +2,7 @@
 
 Option names are case-insensitive and carry the `kinesis.` prefix, as in the seed connector. Options of the
 seed that do not apply here (EFO, the DynamoDB metadata committer, driver threads) are rejected by name with
-the reason, so nobody believes they took effect.
+the reason, and unknown names (a typo) with the list of options, so nobody believes they took effect.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ UNSUPPORTED = {
     "sink.recordmaxbufferedtimems": _SYNCHRONOUS_SINK,
     "sink.maxconnections": _SYNCHRONOUS_SINK,
 }
+CLIENT_OPTIONS = {"streamname", "endpointurl", "region", "stsrolearn", "stssessionname", "stsendpointurl",
+                  "clientnumretries", "clientretryintervalsms", "clientmaxretryintervalms"}
+SOURCE_OPTIONS = CLIENT_OPTIONS | {"consumertype", "startingposition", "failondataloss", "maxfetchrecordspershard",
+                                   "maxfetchtimepershardsec", "describeshardinterval",
+                                   "getrecords.numberofrecordsperfetch", "getrecords.fetchintervalms"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -99,11 +104,14 @@ class SinkOptions:
 class _Options:
     """The `kinesis.*` options, lower-cased, with typed getters that name the option on bad input."""
 
-    def __init__(self, raw: Mapping[str, str]) -> None:
+    def __init__(self, raw: Mapping[str, str], known: set[str]) -> None:
         self.values = {k.lower()[len(PREFIX):]: str(v) for k, v in raw.items() if k.lower().startswith(PREFIX)}
-        for name, reason in UNSUPPORTED.items():
-            if name in self.values:
-                raise KinesisOptionError(f"kinesis.{name} is not supported: {reason}")
+        for name in self.values:
+            if name in UNSUPPORTED:
+                raise KinesisOptionError(f"kinesis.{name} is not supported: {UNSUPPORTED[name]}")
+            if name not in known:
+                raise KinesisOptionError(f"kinesis.{name} is not an option here; the options are "
+                                         f"{', '.join(sorted(known))} (case-insensitive, with the kinesis. prefix)")
 
     def text(self, name: str, default: str | None = None) -> str | None:
         return self.values.get(name.lower(), default) or default
@@ -151,7 +159,7 @@ class _Options:
 
 
 def source_options(raw: Mapping[str, str]) -> SourceOptions:
-    options = _Options(raw)
+    options = _Options(raw, SOURCE_OPTIONS)
     consumer = options.text("consumerType", "GetRecords")
     if consumer not in CONSUMER_TYPES:
         raise KinesisOptionError(f"kinesis.consumerType {consumer!r} is not one of {', '.join(CONSUMER_TYPES)}")
@@ -171,7 +179,7 @@ def source_options(raw: Mapping[str, str]) -> SourceOptions:
 
 
 def sink_options(raw: Mapping[str, str]) -> SinkOptions:
-    options = _Options(raw)
+    options = _Options(raw, CLIENT_OPTIONS)
     return SinkOptions(stream_name=options.required("streamName"), client=options.client())
 
 

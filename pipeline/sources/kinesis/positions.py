@@ -2,7 +2,9 @@
 
 A shard's position is where its next read starts: before its first record (TRIM_HORIZON, or AT_TIMESTAMP for
 a query that started there or at LATEST), after a sequence number, or done (a closed shard read to its end,
-which lets its children start). The offset is `{"shards": {shard id: position}}`.
+which lets its children start). The offset is `{"shards": {shard id: position}}`, and for a query that
+started at LATEST `"since"`: the time LATEST was pinned to, carried along so that a first batch replayed
+after a crash (Spark asks for the initial offset again, which would pin a later time) starts where it did.
 """
 
 from __future__ import annotations
@@ -51,9 +53,15 @@ class Position:
 Positions = dict[str, Position]
 
 
-def to_offset(positions: Positions) -> dict[str, Any]:
-    return {"shards": {shard: position.to_json() for shard, position in sorted(positions.items())}}
+def to_offset(positions: Positions, since: float | None = None) -> dict[str, Any]:
+    offset: dict[str, Any] = {"shards": {shard: position.to_json() for shard, position in sorted(positions.items())}}
+    return offset if since is None else {**offset, "since": since}
 
 
-def from_offset(offset: dict[str, Any]) -> Positions:
-    return {shard: Position.from_json(data) for shard, data in offset.get("shards", {}).items()}
+def from_offset(offset: dict[str, Any], since: float | None = None) -> Positions:
+    """The positions of `offset`; with `since`, AT_TIMESTAMP starts are pinned to it (see the module doc)."""
+    positions = {shard: Position.from_json(data) for shard, data in offset.get("shards", {}).items()}
+    if since is None:
+        return positions
+    return {shard: Position(start=p.start, at=since) if p.start == "AT_TIMESTAMP" and p.after is None and not p.done
+            else p for shard, p in positions.items()}

@@ -53,7 +53,8 @@ class KinesisStreamReader(SimpleDataSourceStreamReader):
             return to_offset({shard.shard_id: Position() for shard in self._shards()})
         at = start.timestamp if start.kind == "AT_TIMESTAMP" else time.time()
         return to_offset({shard.shard_id: Position(done=True) if start.kind == "LATEST" and shard.closed
-                          else Position(start="AT_TIMESTAMP", at=at) for shard in self._shards()})
+                          else Position(start="AT_TIMESTAMP", at=at) for shard in self._shards()},
+                         since=at if start.kind == "LATEST" else None)
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, Any]]:
         positions = from_offset(start)
@@ -66,11 +67,11 @@ class KinesisStreamReader(SimpleDataSourceStreamReader):
             if position.done or parents_open:
                 continue
             positions[shard.shard_id] = self._fetch(shard, position, rows)
-        return iter(rows), to_offset(positions)
+        return iter(rows), to_offset(positions, start.get("since"))
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
         """The records of a checkpointed batch, read again: each shard from its start up to its end position."""
-        begun, rows = from_offset(start), []
+        begun, rows = from_offset(start, end.get("since")), []
         closed = {shard.shard_id: shard.closed for shard in self._shards()}
         for shard_id, until in from_offset(end).items():
             position = begun.get(shard_id, Position())
