@@ -197,7 +197,8 @@ def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig
     stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
     stage.wait_for_batches(1, timeout_s=300)
     stage.kill()
-    final = _StageProcess(prefix, folder / "checkpoint", "--until-caught-up", settings=settings)
+    final = _StageProcess(prefix, folder / "checkpoint", "--until-caught-up",
+                          settings=[*settings, "kinesis.max_fetch_records_per_shard=1000"])  # the rest at once
     assert final.proc.wait(timeout=600) == 0, "".join(final.lines[-30:])
     return _configure(aws, prefix), prefix, summary, truth
 

@@ -7,12 +7,15 @@ backoff from the interval, capped at the maximum).
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Callable
 
 import boto3
+import botocore.session
 import structlog
 from botocore.config import Config
+from botocore.credentials import AssumeRoleCredentialFetcher, DeferredRefreshableCredentials
 from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
 
 from pipeline.sources.kinesis.options import ClientOptions
@@ -62,15 +65,18 @@ class Kinesis:
 
 def _session(options: ClientOptions) -> boto3.Session:
     """The default credential chain (environment, profile, instance role), or with `stsRoleArn` the role's
-    temporary credentials from STS (cross-account reads, as in the seed)."""
+    temporary credentials from STS (cross-account reads, as in the seed), renewed by botocore before they
+    expire, so a query outlives its first hour."""
     keys = dict(zip(("aws_access_key_id", "aws_secret_access_key"), options.keys or ()))
     session = boto3.Session(region_name=options.region, **keys)
     if not options.sts_role_arn:
         return session
-    sts = session.client("sts", endpoint_url=options.sts_endpoint_url or None)
-    credentials = sts.assume_role(RoleArn=options.sts_role_arn,
-                                  RoleSessionName=options.sts_session_name or "spark-aws-kinesis")["Credentials"]
-    log.info("kinesis.assumed_role", role=options.sts_role_arn, expires=str(credentials["Expiration"]))
-    return boto3.Session(region_name=options.region, aws_access_key_id=credentials["AccessKeyId"],
-                         aws_secret_access_key=credentials["SecretAccessKey"],
-                         aws_session_token=credentials["SessionToken"])
+    fetcher = AssumeRoleCredentialFetcher(
+        client_creator=functools.partial(session.client, endpoint_url=options.sts_endpoint_url or None),
+        source_credentials=session.get_credentials(), role_arn=options.sts_role_arn,
+        extra_args={"RoleSessionName": options.sts_session_name or "spark-aws-kinesis"})
+    assuming = botocore.session.Session()
+    # botocore's own recipe for assumed-role sessions; it has no public setter for the credentials
+    assuming._credentials = DeferredRefreshableCredentials(method="assume-role", refresh_using=fetcher.fetch_credentials)
+    log.info("kinesis.role", role=options.sts_role_arn, sts=options.sts_endpoint_url or "the AWS endpoint")
+    return boto3.Session(botocore_session=assuming, region_name=options.region)
