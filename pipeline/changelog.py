@@ -260,11 +260,12 @@ class ChangelogStage:
         from pyspark.sql import functions as F
 
         report = BatchReport(batch_id)
-        if self.cfg.changelog.source == "kinesis":
-            batch = kinesis.kafka_shaped(batch, batch_id)
+        schema_id = self.framing.schema_id()
+        if self.cfg.changelog.source == "kinesis":  # DMS JSON only: no registry frames, no registry lookups
+            batch, schema_id = kinesis.kafka_shaped(batch, batch_id), F.lit(None).cast("string")
         transport = [name for name in TRANSPORT_EXTRAS if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
-                           self.framing.schema_id().alias("schema_id"))
+                           schema_id.alias("schema_id"))
         raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
         try:
             plans = self._plan(raw)
