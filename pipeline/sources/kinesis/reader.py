@@ -141,11 +141,15 @@ class KinesisStreamReader(SimpleDataSourceStreamReader):
     # -- shards and data loss ------------------------------------------------------------------------
 
     def _check_lost(self, positions: Positions, shards: list[Shard]) -> None:
+        """Shards the stream no longer lists leave the offset (they expired): silently when they were read
+        to their end, as data loss when not."""
         present = {shard.shard_id for shard in shards}
         for shard_id, position in list(positions.items()):
-            if not position.done and shard_id not in present:
+            if shard_id in present:
+                continue
+            if not position.done:
                 self._lost(shard_id, position, "the stream no longer has this shard (expired or stream recreated)")
-                positions[shard_id] = Position(done=True)
+            del positions[shard_id]
 
     def _lost(self, shard_id: str, position: Position, reason: str) -> None:
         message = (f"stream {self.options.stream_name} shard {shard_id}: records after {position.to_json()} "
