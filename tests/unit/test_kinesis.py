@@ -230,3 +230,34 @@ def test_the_reader_renews_expired_iterators_and_bounds_each_batch() -> None:
     rows, last = reader.read(end)
     assert [row[0] for row in rows] == [b"r8", b"r9", b"r10"]
     assert [row[0] for row in reader.readBetweenOffsets(end, last)] == [b"r8", b"r9", b"r10"]
+
+
+# -- the pipeline's settings -------------------------------------------------------------------------------
+
+
+def test_kinesis_settings_are_checked_when_loaded() -> None:
+    from pipeline.config import ConfigError, load_config
+
+    cfg = load_config(overrides=["changelog.source=kinesis", "kinesis.streams=moma, hr",
+                                 "kinesis.starting_position=AT_TIMESTAMP 2026-01-01T00:00:00Z",
+                                 "kinesis.options.describeShardInterval=5s"], environ={})
+    assert (cfg.changelog.source, cfg.kinesis.streams) == ("kinesis", ["moma", "hr"])
+    assert cfg.kinesis.options == {"describeShardInterval": "5s"}
+    with pytest.raises(ConfigError, match="kinesis.starting_position.*AT_TIMESTAMP <ISO time with zone>"):
+        load_config(overrides=["kinesis.starting_position=yesterday"], environ={})
+    with pytest.raises(ConfigError, match="changelog.source"):
+        load_config(overrides=["changelog.source=pulsar"], environ={})
+
+
+def test_the_stage_passes_its_settings_as_source_options() -> None:
+    from pipeline.config import load_config
+    from pipeline.sources.kinesis.changelog import source_options as stage_options
+
+    cfg = load_config(overrides=["aws.endpoint_url=http://127.0.0.1:4566", "kinesis.streams=moma",
+                                 "kinesis.sts_role_arn=arn:aws:iam::222222222222:role/r",
+                                 "kinesis.options.describeShardInterval=5s"], environ={})
+    options = source_options(stage_options(cfg, "moma"))  # the reader accepts every one of them
+    assert (options.stream_name, options.starting_position.kind, options.fail_on_data_loss) == ("moma", "TRIM_HORIZON", True)
+    assert (options.client.sts_role_arn, options.client.sts_endpoint_url) == ("arn:aws:iam::222222222222:role/r",
+                                                                              "http://127.0.0.1:4566")
+    assert options.describe_shard_interval_s == 5.0
