@@ -222,7 +222,7 @@ def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig
     settings = ["changelog.source=kinesis", f"kinesis.streams={prefix}", "kinesis.max_fetch_records_per_shard=100",
                 "kinesis.fetch_interval_ms=0"]
     stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
-    stage.wait_for_batches(1, timeout_s=300)
+    stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
     stage.kill()
     final = _StageProcess(prefix, folder / "checkpoint", "--until-caught-up",
                           settings=[*settings, "kinesis.max_fetch_records_per_shard=1000"])  # the rest at once
