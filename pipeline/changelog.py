@@ -6,7 +6,8 @@ one `from_avro` per writer schema id (the subject's latest version as the reader
 variant (`cdc/decode.py`). Changes are normalised into the canonical change record (`cdc/normalize.py`) and
 routed by topic `<db>.<schema>.<table>` to `<catalog>.changelog.<db>_<table>` (Iceberg) or
 `<lake.delta_root>/changelog/<db>_<table>` (Delta). Records that cannot be decoded go, with their raw bytes and
-the reason, to the `dead_letters` table beside them; they never block a partition.
+the reason, to the `dead_letters` table beside them; they never block a partition. With `changelog.source =
+"kinesis"` the rows come from Kinesis streams instead, in the same shape (`pipeline/sources/kinesis/changelog.py`).
 
 Exactly once: the checkpoint is the only offset store, and every table append is idempotent per (query id,
 batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote. The
