@@ -4,9 +4,7 @@ rate of the same local service measured in the same run (the service is the ceil
 1. The simulator (`--to kinesis`, DMS JSON of the `employee` table) writes `--events` changes to a new
    4-shard stream of a throw-away moto server on the bench ports.
 2. Raw: boto3 GetRecords (10,000 records a call) over the four shards from TRIM_HORIZON until caught up.
-3. The source alone: `aws-kinesis` with the stage's options into a count per batch (where the stage's time
-   goes: reading, or decoding and writing).
-4. The stage (`ChangelogStage(...).run(until_caught_up=True)`, `changelog.source = "kinesis"`) drains the
+3. The stage (`ChangelogStage(...).run(until_caught_up=True)`, `changelog.source = "kinesis"`) drains the
    stream into its changelog table.
 
 Usage: bench/kinesis.py [--events 50000] [--set k=v ...]
@@ -58,24 +56,6 @@ def raw_get_records(cfg: PipelineConfig, stream: str) -> tuple[int, float]:
     return records, time.perf_counter() - started
 
 
-def time_source(cfg: PipelineConfig, spark, stream: str, records: int, home: Path) -> float:
-    """The `aws-kinesis` source alone, with the stage's options: every batch counted, nothing decoded or written."""
-    from pipeline.sources.kinesis.changelog import read
-
-    kinesis = cfg.kinesis.model_copy(update={"streams": [stream], "fetch_interval_ms": 0})
-    counted: list[int] = []
-    started = time.perf_counter()
-    query = (read(spark, cfg.model_copy(update={"kinesis": kinesis})).writeStream
-             .foreachBatch(lambda batch, _: counted.append(batch.count()))
-             .option("checkpointLocation", str(home / "source-checkpoint")).trigger(processingTime="0 seconds").start())
-    while sum(counted) < records:
-        assert query.isActive, query.exception()
-        query.awaitTermination(0.2)
-    seconds = time.perf_counter() - started
-    query.stop()
-    return seconds
-
-
 def time_stage(cfg: PipelineConfig, spark, stream: str, home: Path) -> float:
     changelog = cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(home / "checkpoint")})
     kinesis = cfg.kinesis.model_copy(update={"streams": [stream], "fetch_interval_ms": 0})
@@ -112,8 +92,6 @@ def main() -> None:
         raw_records, raw_s = raw_get_records(cfg, stream)
         assert raw_records == records, f"GetRecords read {raw_records} of {records} records"
         spark = get_spark(cfg)
-        print("source alone: draining ...", flush=True)
-        source_s = time_source(cfg, spark, stream, records, home)
         print("stage: draining ...", flush=True)
         stage_s = time_stage(cfg, spark, stream, home)
         landed = spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{stream}_employee").count()
@@ -124,7 +102,6 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
     stage_rate, raw_rate = records / stage_s, raw_records / raw_s
     print(f"stage      {stage_rate:12,.0f} records/s  ({records:,} records, {stage_s:.1f} s)")
-    print(f"source     {records / source_s:12,.0f} records/s  (the aws-kinesis source into a count, {source_s:.1f} s)")
     print(f"raw        {raw_rate:12,.0f} records/s  ({raw_records:,} records, {raw_s:.1f} s of GetRecords)")
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
     print(f"kinesis: {stage_rate:.0f} records/s, {stage_rate / raw_rate:.2f}x raw GetRecords")

@@ -16,6 +16,7 @@ from unittest import mock
 import boto3
 import pytest
 
+from pipeline.changelog import ChangelogStage
 from pipeline.config import PipelineConfig
 from pipeline.mirror import MirrorStage
 from pipeline.sources.kinesis.options import source_options
@@ -212,7 +213,7 @@ def test_a_streaming_query_copies_one_stream_into_another(aws: PipelineConfig, s
 @pytest.fixture(scope="module")
 def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig, str, Summary, TruthStore]:
     """A simulated DMS source sent to a 2-shard stream, landed by a changelog stage that is SIGKILLed after its
-    first batch and restarted until caught up."""
+    first batch, then by a stage resuming its checkpoint until caught up."""
     folder = tmp_path_factory.mktemp("kinesis-changelog")
     prefix = f"kc{uuid.uuid4().hex[:6]}"
     truth = TruthStore(folder / "truth.db")
@@ -224,16 +225,22 @@ def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig
     stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
     stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
     stage.kill()
-    final = _StageProcess(prefix, folder / "checkpoint", "--until-caught-up",
-                          settings=[*settings, "kinesis.max_fetch_records_per_shard=1000"])  # the rest at once
-    assert final.proc.wait(timeout=600) == 0, "".join(final.lines[-30:])
-    return _configure(aws, prefix), prefix, summary, truth
+    cfg = _configure(aws, prefix)  # the restart runs here, on the session's Spark: no second JVM to start
+    cfg = cfg.model_copy(update={
+        "changelog": cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(folder / "checkpoint")}),
+        "kinesis": cfg.kinesis.model_copy(update={"streams": [prefix], "fetch_interval_ms": 0})})
+    ChangelogStage(cfg, spark).run(until_caught_up=True)
+    return cfg, prefix, summary, truth
 
 
 def _changelog(spark, cfg: PipelineConfig, name: str):
     return spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{name}")
 
 
+SLOW = pytest.mark.timeout(1800)  # the shared setup starts a second Spark; on a busy machine it outlasts 600 s
+
+
+@SLOW
 def test_a_killed_stage_lands_every_record_once(landed, spark) -> None:
     cfg, prefix, summary, _ = landed
     poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
@@ -244,6 +251,7 @@ def test_a_killed_stage_lands_every_record_once(landed, spark) -> None:
     assert len(set(positions)) == len(positions)  # no record twice despite the kill
 
 
+@SLOW
 def test_malformed_records_go_to_dead_letters_with_their_position(landed, spark) -> None:
     cfg, prefix, summary, _ = landed
     dead = _changelog(spark, cfg, cfg.changelog.dead_letter_table).where(f"topic LIKE '{prefix}.%'").collect()
@@ -251,6 +259,7 @@ def test_malformed_records_go_to_dead_letters_with_their_position(landed, spark)
     assert all(row["sequence"] and row["error_class"] == "WireFormatError" for row in dead)  # no registry asked
 
 
+@SLOW
 def test_transport_names_stream_shard_and_sequence_in_shard_order(landed, spark) -> None:
     from pyspark.sql import functions as F
 
@@ -267,6 +276,7 @@ def test_transport_names_stream_shard_and_sequence_in_shard_order(landed, spark)
             assert before["sequence"] < after["sequence"]  # ties between duplicates break by shard sequence
 
 
+@SLOW
 def test_the_mirror_of_a_kinesis_changelog_equals_the_truth(landed, spark) -> None:
     cfg, prefix, _, truth = landed
     tables = [f"{prefix}_{name}" for name in KEYS]
