@@ -25,6 +25,7 @@ META_COLUMNS = ("_op", "_is_deleted", "_source_ts", "_seq", "_source", "_transpo
 UNWRAPPED_FIELDS = ("__op", "__db", "__table", "__schema", "__lsn", "__source_ts_ms", "__deleted")
 DMS_OPS = {"load": "r", "insert": "c", "update": "u", "delete": "d"}
 SNAPSHOT_MAJOR = 0
+TRANSPORT_EXTRAS = ("sequence",)  # Kinesis: the record's sequence number (its `offset` is a position in the shard)
 
 
 def detect_format(writer_schema: dict) -> str:
@@ -54,7 +55,8 @@ def normalize(decoded: DataFrame, fmt: str, db: str) -> DataFrame:
                  ).alias("_seq"),
         meta["_source"].alias("_source"),
         F.struct(F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
-                 F.lit(None).cast("string").alias("file")).alias("_transport"),
+                 F.lit(None).cast("string").alias("file"),
+                 *[F.col(name) for name in TRANSPORT_EXTRAS if name in decoded.columns]).alias("_transport"),
         F.col("schema_id").cast("string").alias("_schema_id"),
     )
 

@@ -6,7 +6,8 @@ one `from_avro` per writer schema id (the subject's latest version as the reader
 variant (`cdc/decode.py`). Changes are normalised into the canonical change record (`cdc/normalize.py`) and
 routed by topic `<db>.<schema>.<table>` to `<catalog>.changelog.<db>_<table>` (Iceberg) or
 `<lake.delta_root>/changelog/<db>_<table>` (Delta). Records that cannot be decoded go, with their raw bytes and
-the reason, to the `dead_letters` table beside them; they never block a partition.
+the reason, to the `dead_letters` table beside them; they never block a partition. With `changelog.source =
+"kinesis"` the rows come from Kinesis streams instead, in the same shape (`pipeline/sources/kinesis/changelog.py`).
 
 Exactly once: the checkpoint is the only offset store, and every table append is idempotent per (query id,
 batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote. The
@@ -28,9 +29,11 @@ import structlog
 
 from cdc import decode, framing
 from cdc.framing import Framing, Kind
-from cdc.normalize import detect_format, normalize
+from cdc.normalize import TRANSPORT_EXTRAS, detect_format, normalize
 from pipeline import kafka
 from pipeline.config import PipelineConfig
+from pipeline.sources.kinesis import changelog as kinesis
+from pipeline.sources.kinesis.client import KinesisUnavailable
 from registry.backend import RegistryError
 from registry.resolver import resolver_from_settings
 from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
@@ -47,7 +50,11 @@ class StageError(RuntimeError):
 
 
 def check_services(cfg: PipelineConfig) -> None:
-    """Fail before any query starts when Kafka or the registry does not answer, naming which and where."""
+    """Fail before any query starts when Kafka or the registry (or Kinesis) does not answer, naming which and
+    where. DMS JSON from Kinesis needs no registry."""
+    if cfg.changelog.source == "kinesis":
+        kinesis.check_streams(cfg)
+        return
     kafka.topic_names(cfg.kafka)
     resolver_from_settings(cfg.registry, cfg.aws).check()
 
@@ -90,7 +97,9 @@ class TopicPlan:
 
 class ChangelogStage:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
-        if not (cfg.changelog.topics or cfg.changelog.topic_pattern):
+        if cfg.changelog.source == "kinesis" and not cfg.kinesis.streams:
+            raise StageError("no Kinesis streams to read: set kinesis.streams (e.g. --set kinesis.streams=moma)")
+        if cfg.changelog.source == "kafka" and not (cfg.changelog.topics or cfg.changelog.topic_pattern):
             raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
                              "(e.g. --set changelog.topic_pattern='moma\\..*')")
         self.cfg = cfg
@@ -108,7 +117,15 @@ class ChangelogStage:
     # -- the streaming query -------------------------------------------------------------------------
 
     def start(self, until_caught_up: bool = False) -> StreamingQuery:
+        """Kafka drains with `availableNow`; Kinesis (a Python source, which has no such trigger in Spark 4.1)
+        runs back-to-back batches and `_watch` stops it once a trigger finds nothing new."""
         settings = self.cfg.changelog
+        if self.cfg.lake.format == "iceberg":
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
+        if settings.source == "kinesis":
+            writer = (kinesis.read(self.spark, self.cfg).writeStream.foreachBatch(self._process)
+                      .option("checkpointLocation", str(settings.checkpoint)).queryName("changelog"))
+            return writer.trigger(processingTime="0 seconds" if until_caught_up else settings.trigger_interval).start()
         reader = (self.spark.readStream.format("kafka").options(**kafka.spark_options(self.cfg.kafka))
                   .option("startingOffsets", settings.starting_offsets).option("failOnDataLoss", "false"))
         if settings.topics:
@@ -117,8 +134,6 @@ class ChangelogStage:
             reader = reader.option("subscribePattern", settings.topic_pattern)
         if settings.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-        if self.cfg.lake.format == "iceberg":
-            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
         writer = (reader.load().writeStream.foreachBatch(self._process)
                   .option("checkpointLocation", str(settings.checkpoint)).queryName("changelog"))
         writer = writer.trigger(availableNow=True) if until_caught_up else writer.trigger(
@@ -145,7 +160,7 @@ class ChangelogStage:
         while not stopping.is_set():
             query = self.start(until_caught_up)
             try:
-                self._watch(query, stopping)
+                self._watch(query, stopping, until_caught_up)
                 return
             except StreamingQueryException as exc:
                 error = str(exc).splitlines()[0][:300]
@@ -166,12 +181,12 @@ class ChangelogStage:
         delay, since = 1.0, None
         while not stopping.is_set():
             try:
-                kafka.topic_names(self.cfg.kafka)
-                self.resolver.check()
-            except (kafka.KafkaUnavailable, RegistryError) as exc:
+                check_services(self.cfg)
+            except (kafka.KafkaUnavailable, RegistryError, KinesisUnavailable) as exc:
                 since = since or time.monotonic()
-                service = "kafka" if isinstance(exc, kafka.KafkaUnavailable) else "registry"
-                address = self.cfg.kafka.bootstrap_servers if service == "kafka" else self.resolver.address
+                service, address = {kafka.KafkaUnavailable: ("kafka", self.cfg.kafka.bootstrap_servers),
+                                    KinesisUnavailable: ("kinesis", self.cfg.aws.endpoint_url)}.get(
+                    type(exc), ("registry", self.resolver.address))
                 waited, bound = time.monotonic() - since, self.cfg.changelog.max_outage_s
                 if bound and waited >= bound:
                     raise StageError(f"{service} at {address} has not answered for {waited:.0f} s "
@@ -194,6 +209,8 @@ class ChangelogStage:
         path = f"{settings.checkpoint}/pipeline-changelog"
         mine = {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern,
                 "target": self.target}
+        if settings.source == "kinesis":
+            mine = {"kinesis_streams": ",".join(self.cfg.kinesis.streams), "target": self.target}
         jvm = self.spark.sparkContext._jvm
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
         if not hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path):
@@ -206,10 +223,14 @@ class ChangelogStage:
                              f"but this one has {mine}: give this configuration its own changelog.checkpoint, "
                              "or run with the settings the checkpoint was made with")
 
-    def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
+    def _watch(self, query: StreamingQuery, stopping: threading.Event, until_caught_up: bool = False) -> None:
         logged = -1
         while not query.awaitTermination(1.0):
             logged = self._log_progress(query, logged)
+            if until_caught_up and self.cfg.changelog.source == "kinesis" and _found_nothing_new(query):
+                query.stop()
+                log.info("changelog.caught_up", last_batch=logged)
+                return
             if stopping.is_set():
                 while query.status["isTriggerActive"]:  # the running batch finishes first
                     time.sleep(0.2)
@@ -248,8 +269,13 @@ class ChangelogStage:
         from pyspark.sql import functions as F
 
         report = BatchReport(batch_id)
-        raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp",
-                           self.framing.schema_id().alias("schema_id"), self.framing.compressed().alias("compressed"))
+        schema_id, compressed = self.framing.schema_id(), self.framing.compressed()
+        if self.cfg.changelog.source == "kinesis":  # DMS JSON only: no registry frames, no registry lookups
+            batch = kinesis.kafka_shaped(batch, batch_id)
+            schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
+        transport = [name for name in TRANSPORT_EXTRAS if name in batch.columns]
+        raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
+                           schema_id.alias("schema_id"), compressed.alias("compressed"))
         raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
         try:
             plans = self._plan(raw)
@@ -330,7 +356,8 @@ class ChangelogStage:
     def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
         from pyspark.sql import functions as F
 
-        return rows.select("key", "value", "topic", "partition", "offset", "timestamp",
+        transport = [name for name in TRANSPORT_EXTRAS if name in rows.columns]
+        return rows.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            F.col("schema_id").cast("string").alias("schema_id"),
                            F.lit(error_class).alias("error_class"), F.lit(message).alias("error_message"))
 
@@ -355,3 +382,10 @@ class ChangelogStage:
         elif done.rows:
             report.tables[done.table] = done.rows
         return done
+
+
+def _found_nothing_new(query: StreamingQuery) -> bool:
+    """The last trigger asked the source for new records and found none: the stream is drained."""
+    status = query.status
+    return (not status["isTriggerActive"] and not status["isDataAvailable"]
+            and status["message"] == "Waiting for data to arrive")

@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--tombstones", action="store_true", help="Debezium envelope: a null message after each delete")
     simulate.add_argument("--topic-prefix", help="replaces the server name in <server>.<schema>.<table>")
     simulate.add_argument("--partitions", type=int, default=4, help="partitions of topics the simulator creates")
-    simulate.add_argument("--to", default="kafka", choices=["kafka"], help="the transport")
+    simulate.add_argument("--to", default="kafka", choices=["kafka", "kinesis"],
+                          help="the transport (kinesis: one stream per database, --partitions shards, dms-json only)")
     simulate.add_argument("--truth", type=Path, help="ground-truth SQLite file (default: <home>/truth/<run>.db)")
     simulate.set_defaults(handler=cmd_simulate)
 
@@ -73,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     changelog.add_argument("--until-caught-up", action="store_true", help="drain the topics, then exit 0")
     changelog.add_argument("--topics", help="comma-separated topics (overrides changelog.topics)")
     changelog.add_argument("--topic-pattern", help="a regex of topics (overrides changelog.topic_pattern)")
+    changelog.add_argument("--source", choices=["kafka", "kinesis"], help="the transport (overrides changelog.source)")
+    changelog.add_argument("--streams", help="comma-separated Kinesis streams (overrides kinesis.streams)")
     changelog.set_defaults(handler=cmd_changelog)
 
     mirror = commands.add_parser("mirror", help="merge new changelog rows into current-state mirror tables")
@@ -207,7 +210,8 @@ def cmd_demo(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from registry.factory import serde_from_settings
-    from simulators.simulation import Simulation, SimulationOptions
+    from simulators.simulation import Simulation, SimulationError, SimulationOptions
+    from simulators.kinesis import FORMATS as KINESIS_FORMATS, KinesisTransport
     from simulators.transport import KafkaTransport
     from simulators.truth import TruthStore
 
@@ -219,7 +223,11 @@ def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     )
     truth = TruthStore(args.truth or cfg.home / "truth" / f"{args.topic_prefix or 'default'}-{args.format}.db")
     serde = serde_from_settings(cfg.registry, cfg.aws)
-    transport = KafkaTransport(cfg.kafka, partitions=args.partitions)
+    if args.to == "kinesis" and args.format not in KINESIS_FORMATS:
+        raise SimulationError(f"--to kinesis writes what DMS's Kinesis target writes: use --format "
+                              f"{' or '.join(KINESIS_FORMATS)}, not {args.format}")
+    transport = (KinesisTransport(cfg.aws, shards=args.partitions) if args.to == "kinesis"
+                 else KafkaTransport(cfg.kafka, partitions=args.partitions))
     summary = Simulation(options, transport, truth, serde).run(progress=True)
     print("\n".join(summary.lines()))
     print(f"ground truth: {truth.path} ({truth.count()} changes)")
@@ -233,6 +241,10 @@ def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     if args.topics or args.topic_pattern:
         subscription = {"topics": [t for t in (args.topics or "").split(",") if t], "topic_pattern": args.topic_pattern}
         cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update=subscription)})
+    if args.source:
+        cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update={"source": args.source})})
+    if args.streams:
+        cfg = cfg.model_copy(update={"kinesis": cfg.kinesis.model_copy(update={"streams": _split(args.streams)})})
     check_services(cfg)  # before Spark starts: an outage is named in seconds, not after the JVM is up
     ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK

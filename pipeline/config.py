@@ -156,9 +156,40 @@ class SparkSettings(_Section):
         return master or None
 
 
+class KinesisSettings(_Section):
+    """The changelog stage's Kinesis source (`changelog.source = "kinesis"`): one stream per source database, as
+    a DMS task writes one; the stream's name is the database's (`<stream>_<table>` tables). Endpoint, region and
+    credentials come from `aws`."""
+
+    streams: list[str] = Field(default_factory=list, description="streams to read, e.g. ['moma', 'hr']")
+    starting_position: str = Field("TRIM_HORIZON", description="LATEST, TRIM_HORIZON or 'AT_TIMESTAMP <ISO time>'")
+    max_fetch_records_per_shard: int = Field(100_000, gt=0, description="records per shard per batch at most")
+    fetch_interval_ms: int = Field(200, ge=0, description="between two GetRecords calls on one shard")
+    fail_on_data_loss: bool = Field(True, description="fail when records the checkpoint expects are gone")
+    sts_role_arn: str | None = Field(None, description="a role to assume for the reads (cross-account streams)")
+    sts_session_name: str | None = None
+    sts_endpoint_url: str | None = Field(None, description="defaults to aws.endpoint_url")
+    options: dict[str, str] = Field(default_factory=dict, description="more `aws-kinesis` options, e.g. "
+                                    "'getRecords.numberOfRecordsPerFetch' (without the 'kinesis.' prefix)")
+
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _comma_separated(cls, streams: Any) -> Any:
+        return [s.strip() for s in streams.split(",") if s.strip()] if isinstance(streams, str) else streams
+
+    @field_validator("starting_position")
+    @classmethod
+    def _known_position(cls, position: str) -> str:
+        from pipeline.sources.kinesis.options import StartingPosition
+
+        StartingPosition.parse(position)
+        return position
+
+
 class ChangelogSettings(_Section):
     """The changelog stage: which topics, how fast, and where its tables and checkpoint live."""
 
+    source: Literal["kafka", "kinesis"] = Field("kafka", description="the transport the changes arrive through")
     topics: list[str] = Field(default_factory=list, description="topics to read (or topic_pattern)")
     topic_pattern: str | None = Field(None, description="a Java regex of topics, e.g. 'moma\\..*'")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
@@ -239,6 +270,7 @@ class PipelineConfig(BaseModel):
     spark: SparkSettings = SparkSettings()
     lake: LakeSettings = LakeSettings()
     changelog: ChangelogSettings = ChangelogSettings()
+    kinesis: KinesisSettings = KinesisSettings()
     mirror: MirrorSettings = MirrorSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
 
@@ -323,7 +355,7 @@ def load_config(
 
 # Settings that are maps of free-form keys: everything after the map's name is one key ("spark.conf.a.b").
 _MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties"), ("mirror", "keys"),
-                 ("mirror", "partition_by")}
+                 ("mirror", "partition_by"), ("kinesis", "options")}
 
 
 def _assign(data: dict[str, Any], keys: list[str], value: str, source: str) -> None:

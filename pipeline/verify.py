@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 from pipeline.config import PipelineConfig
@@ -70,10 +71,13 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
             table: str, truth_table: str) -> TableVerdict:
     """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
 
     columns = [c for c in lake.columns if not c.startswith("_")]
     schema = lake.select(*columns).schema
-    expected = spark.createDataFrame([tuple(row.get(c) for c in columns) for row in truth_rows.values()], schema)
+    decimal = {f.name for f in schema.fields if isinstance(f.dataType, DecimalType)}
+    expected = spark.createDataFrame([tuple(_exact(row.get(c)) if c in decimal else row.get(c) for c in columns)
+                                      for row in truth_rows.values()], schema)
     lake_side = lake.select(*[F.col(c).alias(f"lake_{c}") for c in columns], F.lit(True).alias("_in_lake"))
     source_side = expected.select(*[F.col(c).alias(f"src_{c}") for c in columns], F.lit(True).alias("_in_src"))
     joined = lake_side.join(source_side, [F.col(f"lake_{k}") == F.col(f"src_{k}") for k in keys], "full_outer")
@@ -92,6 +96,11 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
         diffs = {c: (row[f"lake_{c}"], row[f"src_{c}"]) for c in row["_columns"]} if row["_kind"] == "differs" else {}
         examples.append(Mismatch(row["_kind"], key, diffs))
     return TableVerdict(table, truth_table, len(truth_rows), total, examples)
+
+
+def _exact(value: Any) -> Any:
+    """A truth float as the decimal the lake holds (DMS JSON numbers with a fraction are read as decimals)."""
+    return Decimal(str(value)) if isinstance(value, float) else value
 
 
 def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tables: list[str],

@@ -1,0 +1,1 @@
+"""Streaming sources Spark reads through the Python data source API."""

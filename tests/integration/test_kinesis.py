@@ -1,0 +1,284 @@
+"""The `aws-kinesis` source and sink and `changelog --source kinesis`, against the stack's moto server.
+
+The reader is driven directly (as Spark's Python streaming runner drives it) for starting positions,
+resharding, replays, data loss and STS; Spark runs the sink and, in a subprocess killed mid-stream, the
+changelog stage over a simulated DMS-to-Kinesis source, whose mirror must then equal the ground truth.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Iterator
+from unittest import mock
+
+import boto3
+import pytest
+
+from pipeline.changelog import ChangelogStage
+from pipeline.config import PipelineConfig
+from pipeline.mirror import MirrorStage
+from pipeline.sources.kinesis.options import source_options
+from pipeline.sources.kinesis.reader import KinesisDataLoss, KinesisStreamReader
+from simulators.kinesis import KinesisTransport
+from simulators.simulation import Simulation, SimulationOptions, Summary
+from simulators.truth import TruthStore
+from tests.integration.test_changelog import _StageProcess
+from tests.integration.test_mirror import KEYS, _assert_equal_to_truth, _configure
+
+pytestmark = pytest.mark.integration
+
+ROLE_ACCOUNT = "222222222222"
+
+
+@pytest.fixture(scope="module")
+def aws(cfg: PipelineConfig, stack) -> Iterator[PipelineConfig]:
+    """The stack's moto, with its keys in the environment, where the reader's default credential chain looks."""
+    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": cfg.aws.region}
+    with mock.patch.dict(os.environ, keys):
+        yield cfg
+
+
+def _client(cfg: PipelineConfig, **credentials: str):
+    return boto3.client("kinesis", endpoint_url=cfg.aws.endpoint_url, region_name=cfg.aws.region,
+                        **(credentials or {"aws_access_key_id": "test", "aws_secret_access_key": "test"}))
+
+
+def _stream(client, shards: int = 1) -> str:
+    name = f"k{uuid.uuid4().hex[:8]}"
+    client.create_stream(StreamName=name, ShardCount=shards)
+    client.get_waiter("stream_exists").wait(StreamName=name)
+    return name
+
+
+def _put(client, stream: str, payloads: list[str]) -> None:
+    client.put_records(StreamName=stream, Records=[{"Data": p.encode(), "PartitionKey": p} for p in payloads])
+
+
+def _reader(cfg: PipelineConfig, stream: str, **options: str) -> KinesisStreamReader:
+    settings = {"streamName": stream, "endpointUrl": cfg.aws.endpoint_url, "startingPosition": "TRIM_HORIZON",
+                "getRecords.fetchIntervalMs": "0", **options}
+    return KinesisStreamReader(source_options({f"kinesis.{k}": v for k, v in settings.items()}))
+
+
+def _drain(reader: KinesisStreamReader, offset: dict) -> tuple[list[tuple], dict]:
+    """Read until a read brings nothing new; every row, in read order, and the last offset."""
+    rows: list[tuple] = []
+    while True:
+        found, end = reader.read(offset)
+        found = list(found)
+        if not found and end == offset:
+            return rows, end
+        rows += found
+        offset = end
+
+
+def _payloads(rows: list[tuple]) -> list[str]:
+    return [row[0].decode() for row in rows]
+
+
+# -- the reader --------------------------------------------------------------------------------------------
+
+
+def test_starting_positions_trim_horizon_at_timestamp_and_latest(aws: PipelineConfig) -> None:
+    client = _client(aws)
+    stream = _stream(client)
+    _put(client, stream, ["a", "b", "c"])
+    time.sleep(0.05)  # arrival times on either side of `cut`, not a wait for anything
+    cut = time.time()
+    time.sleep(0.05)
+    _put(client, stream, ["d", "e"])
+
+    earliest = _reader(aws, stream, startingPosition="EARLIEST")
+    assert _payloads(_drain(earliest, earliest.initialOffset())[0]) == ["a", "b", "c", "d", "e"]
+    at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(cut)) + f".{int(cut % 1 * 1e6):06d}+00:00"
+    since = _reader(aws, stream, startingPosition=f"AT_TIMESTAMP {at}")
+    assert _payloads(_drain(since, since.initialOffset())[0]) == ["d", "e"]
+    latest = _reader(aws, stream, startingPosition="LATEST")
+    start = latest.initialOffset()
+    time.sleep(0.05)
+    _put(client, stream, ["f"])
+    assert _payloads(_drain(latest, start)[0]) == ["f"]
+
+
+def test_a_batch_is_bounded_per_shard_and_replays_identically(aws: PipelineConfig) -> None:
+    client = _client(aws)
+    stream = _stream(client, shards=2)
+    _put(client, stream, [f"r{i}" for i in range(30)])
+    reader = _reader(aws, stream, maxFetchRecordsPerShard="4")
+    start = reader.initialOffset()
+    rows, end = reader.read(start)
+    rows = list(rows)
+    assert len(rows) == 8  # 4 from each shard
+    again = list(_reader(aws, stream).readBetweenOffsets(start, end))
+    assert again == rows  # a batch replayed after a crash is the same batch
+
+
+def test_parent_shards_are_read_to_their_end_before_their_children(aws: PipelineConfig) -> None:
+    client = _client(aws)
+    stream = _stream(client, shards=2)
+    first = [f"p{i}" for i in range(40)]
+    _put(client, stream, first)
+    reader = _reader(aws, stream, maxFetchRecordsPerShard="5", describeShardInterval="0ms")
+    rows, offset = reader.read(reader.initialOffset())
+    rows = list(rows)
+    parents = [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
+    client.merge_shards(StreamName=stream, ShardToMerge=parents[0], AdjacentShardToMerge=parents[1])
+    later = [f"q{i}" for i in range(10)]
+    _put(client, stream, later)
+    more, _ = _drain(reader, offset)
+    rows += more
+    shards = [row[5] for row in rows]
+    child = next(s for s in shards if s not in parents)
+    assert max(i for i, s in enumerate(shards) if s in parents) < shards.index(child)
+    assert set(_payloads(rows)) == set(first + later)  # moto copies merged records into the child: a superset
+
+
+def test_a_shard_that_is_gone_fails_or_is_skipped_per_fail_on_data_loss(aws: PipelineConfig) -> None:
+    client = _client(aws)
+    stream = _stream(client)
+    _put(client, stream, ["x"])
+    checkpointed = {"shards": {"shardId-000000000000": {"after": "1"}, "shardId-000000000007": {"after": "9"}}}
+    with pytest.raises(KinesisDataLoss, match="shardId-000000000007"):
+        _reader(aws, stream, failOnDataLoss="true").read(checkpointed)
+    _put(client, stream, ["y"])
+    rows, end = _reader(aws, stream, failOnDataLoss="false").read(checkpointed)
+    assert _payloads(list(rows)) == ["y"]
+    assert "shardId-000000000007" not in end["shards"]
+
+
+def test_sts_role_options_read_a_stream_of_another_account(aws: PipelineConfig) -> None:
+    sts = boto3.client("sts", endpoint_url=aws.aws.endpoint_url, region_name=aws.aws.region,
+                       aws_access_key_id="test", aws_secret_access_key="test")
+    role = f"arn:aws:iam::{ROLE_ACCOUNT}:role/kinesis-reader"
+    credentials = sts.assume_role(RoleArn=role, RoleSessionName="setup")["Credentials"]
+    other = _client(aws, aws_access_key_id=credentials["AccessKeyId"],
+                    aws_secret_access_key=credentials["SecretAccessKey"], aws_session_token=credentials["SessionToken"])
+    stream = _stream(other)
+    _put(other, stream, ["cross-account"])
+    with pytest.raises(Exception, match="ResourceNotFound|not found"):
+        _reader(aws, stream).initialOffset()  # the caller's own account has no such stream
+    reader = _reader(aws, stream, stsRoleArn=role, stsSessionName="pipeline-test", stsEndpointUrl=aws.aws.endpoint_url)
+    assert _payloads(_drain(reader, reader.initialOffset())[0]) == ["cross-account"]
+
+
+# -- the sink ----------------------------------------------------------------------------------------------
+
+
+def test_the_sink_writes_every_row_with_its_partition_key(aws: PipelineConfig, spark) -> None:
+    from pipeline.sources.kinesis import register
+
+    client = _client(aws)
+    stream = _stream(client, shards=2)
+    register(spark)
+    rows = [(f"value-{i}", f"key-{i % 7}") for i in range(1200)]  # more than two PutRecords requests
+    # one task: moto numbers a shard's records by max + 1 without a lock, so concurrent puts can overwrite
+    (spark.createDataFrame(rows, "data string, partitionKey string").coalesce(1).write.format("aws-kinesis")
+     .option("kinesis.streamName", stream).option("kinesis.endpointUrl", aws.aws.endpoint_url).mode("append").save())
+    read, _ = _drain(_reader(aws, stream), _reader(aws, stream).initialOffset())
+    assert sorted((row[0].decode(), row[2]) for row in read) == sorted(rows)
+
+
+def test_a_streaming_query_copies_one_stream_into_another(aws: PipelineConfig, spark, tmp_path) -> None:
+    from pipeline.sources.kinesis import register
+
+    client = _client(aws)
+    source, target = _stream(client, shards=2), _stream(client)
+    payloads = [f"s{i}" for i in range(60)]
+    _put(client, source, payloads)
+    register(spark)
+    query = (spark.readStream.format("aws-kinesis").option("kinesis.streamName", source)
+             .option("kinesis.endpointUrl", aws.aws.endpoint_url).option("kinesis.startingPosition", "TRIM_HORIZON")
+             .option("kinesis.maxFetchRecordsPerShard", "20").load()
+             .selectExpr("data", "partitionKey").writeStream.format("aws-kinesis")
+             .option("kinesis.streamName", target).option("kinesis.endpointUrl", aws.aws.endpoint_url)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="1 second").start())
+    reader = _reader(aws, target)
+    offset, copied = reader.initialOffset(), []
+    deadline = time.monotonic() + 300
+    try:
+        while len(copied) < len(payloads) and time.monotonic() < deadline and query.isActive:
+            rows, offset = _drain(reader, offset)
+            copied += _payloads(rows)
+            query.awaitTermination(1.0)
+    finally:
+        query.stop()
+    assert sorted(copied) == sorted(payloads)  # two batches or more (20 per shard), each row once
+
+
+# -- the changelog stage over DMS-to-Kinesis ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig, str, Summary, TruthStore]:
+    """A simulated DMS source sent to a 2-shard stream, landed by a changelog stage that is SIGKILLed after its
+    first batch, then by a stage resuming its checkpoint until caught up."""
+    folder = tmp_path_factory.mktemp("kinesis-changelog")
+    prefix = f"kc{uuid.uuid4().hex[:6]}"
+    truth = TruthStore(folder / "truth.db")
+    options = SimulationOptions(format="dms-json", events=600, snapshot_rows=30, seed=13, topic_prefix=prefix,
+                                duplicates=0.03, reorder=0.03, poison=0.02)
+    summary = Simulation(options, KinesisTransport(aws.aws, shards=2), truth, None).run(progress=False)
+    settings = ["changelog.source=kinesis", f"kinesis.streams={prefix}", "kinesis.max_fetch_records_per_shard=100",
+                "kinesis.fetch_interval_ms=0"]
+    stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
+    stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
+    stage.kill()
+    cfg = _configure(aws, prefix)  # the restart runs here, on the session's Spark: no second JVM to start
+    cfg = cfg.model_copy(update={
+        "changelog": cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(folder / "checkpoint")}),
+        "kinesis": cfg.kinesis.model_copy(update={"streams": [prefix], "fetch_interval_ms": 0})})
+    ChangelogStage(cfg, spark).run(until_caught_up=True)
+    return cfg, prefix, summary, truth
+
+
+def _changelog(spark, cfg: PipelineConfig, name: str):
+    return spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{name}")
+
+
+SLOW = pytest.mark.timeout(1800)  # the shared setup starts a second Spark; on a busy machine it outlasts 600 s
+
+
+@SLOW
+def test_a_killed_stage_lands_every_record_once(landed, spark) -> None:
+    cfg, prefix, summary, _ = landed
+    poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
+    tables = [_changelog(spark, cfg, f"{prefix}_{name}") for name in KEYS]
+    positions = [(row["partition"], row["sequence"]) for table in tables
+                 for row in table.select("_transport.partition", "_transport.sequence").collect()]
+    assert len(positions) == summary.messages_acknowledged - poison  # duplicates sent are kept: each is a record
+    assert len(set(positions)) == len(positions)  # no record twice despite the kill
+
+
+@SLOW
+def test_malformed_records_go_to_dead_letters_with_their_position(landed, spark) -> None:
+    cfg, prefix, summary, _ = landed
+    dead = _changelog(spark, cfg, cfg.changelog.dead_letter_table).where(f"topic LIKE '{prefix}.%'").collect()
+    assert len(dead) == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
+    assert all(row["sequence"] and row["error_class"] == "WireFormatError" for row in dead)  # no registry asked
+
+
+@SLOW
+def test_transport_names_stream_shard_and_sequence_in_shard_order(landed, spark) -> None:
+    from pyspark.sql import functions as F
+
+    cfg, prefix, _, _ = landed
+    rows = _changelog(spark, cfg, f"{prefix}_artists").select("_transport", "_seq").collect()
+    assert {row["_transport"]["topic"] for row in rows} == {f"{prefix}.public.artists"}
+    assert {row["_transport"]["partition"] for row in rows} <= {0, 1}
+    by_shard = (_changelog(spark, cfg, f"{prefix}_artists")
+                .select(F.col("_transport.partition").alias("shard"), F.col("_seq.transport_offset").alias("offset"),
+                        F.col("_transport.sequence").cast("decimal(38,0)").alias("sequence"))
+                .orderBy("shard", "offset").collect())
+    for before, after in zip(by_shard, by_shard[1:]):
+        if before["shard"] == after["shard"]:
+            assert before["sequence"] < after["sequence"]  # ties between duplicates break by shard sequence
+
+
+@SLOW
+def test_the_mirror_of_a_kinesis_changelog_equals_the_truth(landed, spark) -> None:
+    cfg, prefix, _, truth = landed
+    tables = [f"{prefix}_{name}" for name in KEYS]
+    MirrorStage(cfg, spark).run_once(tables)
+    _assert_equal_to_truth(cfg, spark, truth, tables)

@@ -1,0 +1,263 @@
+"""The `aws-kinesis` pieces without services: options, offsets, KPL, retries, PutRecords batching, the reader's
+planning over a fake Kinesis (expired iterators, limits, parents first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
+from pipeline.sources.kinesis.kpl import UserRecord, aggregate, deaggregate
+from pipeline.sources.kinesis.options import ClientOptions, KinesisOptionError, sink_options, source_options
+from pipeline.sources.kinesis.positions import Position, from_offset, to_offset
+from pipeline.sources.kinesis.put import MAX_RECORD_BYTES, RecordBatcher
+from pipeline.sources.kinesis.reader import KinesisStreamReader
+from pipeline.sources.kinesis.shards import Shard, _parents_first
+
+QUICK = ClientOptions(num_retries=2, retry_interval_s=0.0, max_retry_interval_s=0.0)
+
+
+def _options(**values: str):
+    return source_options({"kinesis.streamName": "s", **{f"kinesis.{k}": v for k, v in values.items()}})
+
+
+# -- options -----------------------------------------------------------------------------------------------
+
+
+def test_defaults_are_the_seed_connectors() -> None:
+    options = _options()
+    assert options.starting_position.kind == "LATEST"
+    assert (options.max_fetch_records_per_shard, options.records_per_fetch, options.fetch_interval_s) == (100_000, 10_000, 0.2)
+    assert (options.describe_shard_interval_s, options.fail_on_data_loss) == (1.0, False)
+    assert (options.client.num_retries, options.client.retry_interval_s, options.client.max_retry_interval_s) == (5, 1.0, 10.0)
+
+
+def test_option_names_are_case_insensitive_and_durations_parse() -> None:
+    options = source_options({"KINESIS.STREAMNAME": "s", "kinesis.describeShardInterval": "250ms",
+                              "kinesis.maxFetchRecordsPerShard": "1,000"})
+    assert (options.stream_name, options.describe_shard_interval_s, options.max_fetch_records_per_shard) == ("s", 0.25, 1000)
+
+
+@pytest.mark.parametrize(("text", "kind", "timestamp"), [
+    ("EARLIEST", "TRIM_HORIZON", None), ("trim_horizon", "TRIM_HORIZON", None), ("LATEST", "LATEST", None),
+    ("AT_TIMESTAMP 2023-08-30T19:00:05Z", "AT_TIMESTAMP", 1693422005.0),
+    ("AT_TIMESTAMP 2023-08-30T19:00:05-08:00", "AT_TIMESTAMP", 1693422005.0 + 8 * 3600),
+])
+def test_starting_positions_in_the_seeds_formats(text: str, kind: str, timestamp: float | None) -> None:
+    position = _options(startingPosition=text).starting_position
+    assert (position.kind, position.timestamp) == (kind, timestamp)
+
+
+@pytest.mark.parametrize("text", ["AT_TIMESTAMP", "AT_TIMESTAMP 2023-08-30T19:00:05", "OLDEST", "LATEST now"])
+def test_a_bad_starting_position_names_the_accepted_forms(text: str) -> None:
+    with pytest.raises(KinesisOptionError, match="AT_TIMESTAMP <ISO time with zone>"):
+        _options(startingPosition=text)
+
+
+def test_subscribe_to_shard_and_seed_only_options_are_rejected_with_the_reason() -> None:
+    with pytest.raises(KinesisOptionError, match=r"SubscribeToShard.*\(moto\) does not implement it"):
+        _options(consumerType="SubscribeToShard")
+    with pytest.raises(KinesisOptionError, match="metadatacommittertype.*checkpoint"):
+        _options(metadataCommitterType="DYNAMODB")
+    with pytest.raises(KinesisOptionError, match="streamName is required"):
+        sink_options({})
+    with pytest.raises(KinesisOptionError, match="kinesis.maxfetchrecordspershards is not an option"):
+        _options(maxFetchRecordsPerShards="5")
+    with pytest.raises(KinesisOptionError, match="startingposition is not an option"):
+        sink_options({"kinesis.streamName": "s", "kinesis.startingPosition": "LATEST"})
+
+
+def test_the_region_is_inferred_from_an_aws_endpoint() -> None:
+    assert _options(endpointUrl="https://kinesis.eu-west-2.amazonaws.com").client.region == "eu-west-2"
+    assert _options(endpointUrl="http://127.0.0.1:5000").client.region == "us-east-1"
+    assert _options(endpointUrl="http://127.0.0.1:5000", region="ap-south-1").client.region == "ap-south-1"
+
+
+# -- offsets and shards ------------------------------------------------------------------------------------
+
+
+def test_positions_round_trip_and_say_where_to_read_on() -> None:
+    positions = {"a": Position(after="42"), "b": Position(start="AT_TIMESTAMP", at=1.5), "c": Position(done=True),
+                 "d": Position()}
+    assert from_offset(to_offset(positions)) == positions
+    assert positions["a"].iterator_args() == {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": "42"}
+    assert positions["b"].iterator_args() == {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": 1.5}
+    assert positions["d"].iterator_args() == {"ShardIteratorType": "TRIM_HORIZON"}
+    assert Position(after="100").reached(Position(after="99"))  # numeric, not text, order
+    assert not Position(after="99").reached(Position(after="100"))
+
+
+def test_a_latest_start_replays_from_the_time_it_was_pinned_to() -> None:
+    first = to_offset({"a": Position(start="AT_TIMESTAMP", at=100.0)}, since=100.0)
+    asked_again = to_offset({"a": Position(start="AT_TIMESTAMP", at=160.0)}, since=160.0)  # after a crash
+    end = to_offset({"a": Position(after="7")}, since=first["since"])
+    assert from_offset(asked_again, end["since"]) == from_offset(first)
+
+
+def test_parents_come_before_their_children() -> None:
+    shards = [Shard("shardId-3", ("shardId-1", "shardId-2"), False), Shard("shardId-2", ("shardId-0",), True),
+              Shard("shardId-1", ("shardId-0",), True), Shard("shardId-0", (), True)]
+    order = [shard.shard_id for shard in _parents_first(shards)]
+    assert order.index("shardId-0") < order.index("shardId-1") < order.index("shardId-3")
+    assert order.index("shardId-2") < order.index("shardId-3")
+
+
+# -- KPL ---------------------------------------------------------------------------------------------------
+
+
+def test_kpl_aggregates_come_apart_into_their_user_records() -> None:
+    records = [UserRecord("k1", b"one"), UserRecord("k2", b"two" * 100), UserRecord("k1", b"")]
+    assert deaggregate(aggregate(records), "outer") == records
+
+
+def test_plain_and_corrupt_records_pass_through_whole() -> None:
+    assert deaggregate(b'{"a": 1}', "k") == [UserRecord("k", b'{"a": 1}')]
+    corrupt = bytearray(aggregate([UserRecord("k1", b"one")]))
+    corrupt[-1] ^= 0xFF  # the digest no longer matches
+    assert deaggregate(bytes(corrupt), "k") == [UserRecord("k", bytes(corrupt))]
+
+
+# -- retries and PutRecords --------------------------------------------------------------------------------
+
+
+def _throttled() -> ClientError:
+    return ClientError({"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}}, "GetRecords")
+
+
+class _FlakyBoto:
+    def __init__(self, failures: int) -> None:
+        self.failures, self.calls = failures, 0
+
+    def list_shards(self, **_: Any) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise _throttled()
+        return {"Shards": []}
+
+
+def test_throttling_is_retried_with_backoff_then_named() -> None:
+    kinesis = Kinesis(QUICK)
+    kinesis.client = _FlakyBoto(failures=2)
+    assert kinesis.call("list_shards") == {"Shards": []}
+    kinesis.client = _FlakyBoto(failures=3)
+    with pytest.raises(KinesisUnavailable, match="list_shards .* failed after 3 attempts"):
+        kinesis.call("list_shards")
+
+
+class _RecordingKinesis:
+    """PutRecords that fails the entries whose data is in `refuse` once."""
+
+    def __init__(self, refuse: set[bytes] = frozenset()) -> None:  # type: ignore[assignment]
+        self.options, self.address = QUICK, "fake"
+        self.requests: list[list[dict[str, Any]]] = []
+        self.refuse = set(refuse)
+
+    def call(self, operation: str, **params: Any) -> dict[str, Any]:
+        records = params["Records"]
+        self.requests.append(records)
+        results = []
+        for record in records:
+            refused = record["Data"] in self.refuse
+            self.refuse.discard(record["Data"])
+            results.append({"ErrorCode": "ProvisionedThroughputExceededException"} if refused else {"SequenceNumber": "1"})
+        return {"Records": results}
+
+
+def test_put_records_stays_within_the_api_limits() -> None:
+    kinesis = _RecordingKinesis()
+    batcher = RecordBatcher(kinesis, "s")  # type: ignore[arg-type]
+    for i in range(1100):
+        batcher.add(str(i).encode(), "k")
+    big = b"x" * (MAX_RECORD_BYTES - 1)
+    for _ in range(6):
+        batcher.add(big, "k")
+    batcher.flush()
+    assert [len(r) for r in kinesis.requests] == [500, 500, 100 + 4, 2]  # 5 MiB holds 4 of the big ones + the rest
+    assert all(sum(len(e["Data"]) + 1 for e in r) <= 5 * 1024 * 1024 for r in kinesis.requests)
+    assert batcher.sent == 1106
+    with pytest.raises(ValueError, match="over Kinesis's 1048576 byte limit"):
+        batcher.add(big + b"yy", "k")
+
+
+def test_only_failed_entries_are_sent_again() -> None:
+    kinesis = _RecordingKinesis(refuse={b"2", b"4"})
+    batcher = RecordBatcher(kinesis, "s")  # type: ignore[arg-type]
+    for i in range(6):
+        batcher.add(str(i).encode(), "k")
+    batcher.flush()
+    assert [[e["Data"] for e in r] for r in kinesis.requests] == [[b"0", b"1", b"2", b"3", b"4", b"5"], [b"2", b"4"]]
+    assert batcher.sent == 6
+
+
+# -- the reader over a fake Kinesis ------------------------------------------------------------------------
+
+
+class _FakeStream:
+    """One open shard of `count` records; the first GetRecords answers ExpiredIteratorException."""
+
+    def __init__(self, count: int) -> None:
+        self.records = [{"SequenceNumber": str(n), "Data": f"r{n}".encode(), "PartitionKey": "k",
+                         "ApproximateArrivalTimestamp": 0.0} for n in range(1, count + 1)]
+        self.expired_once = False
+        self.iterators = 0
+
+    def call(self, operation: str, **params: Any) -> dict[str, Any]:
+        if operation == "list_shards":
+            return {"Shards": [{"ShardId": "shardId-0", "SequenceNumberRange": {"StartingSequenceNumber": "1"}}]}
+        if operation == "get_shard_iterator":
+            self.iterators += 1
+            return {"ShardIterator": params.get("StartingSequenceNumber", "0")}
+        if not self.expired_once:
+            self.expired_once = True
+            raise ClientError({"Error": {"Code": "ExpiredIteratorException", "Message": "old"}}, "GetRecords")
+        after = int(params["ShardIterator"])
+        found = self.records[after:after + params["Limit"]]
+        last = found[-1]["SequenceNumber"] if found else str(after)
+        return {"Records": found, "NextShardIterator": last, "MillisBehindLatest": 0 if not found else 1}
+
+
+def test_the_reader_renews_expired_iterators_and_bounds_each_batch() -> None:
+    reader = KinesisStreamReader(_options(startingPosition="TRIM_HORIZON", maxFetchRecordsPerShard="7",
+                                          **{"getRecords.numberOfRecordsPerFetch": "3", "getRecords.fetchIntervalMs": "0"}))
+    reader._kinesis = fake = _FakeStream(10)  # type: ignore[assignment]
+    start = reader.initialOffset()
+    rows, end = reader.read(start)
+    assert [row[0] for row in rows] == [f"r{n}".encode() for n in range(1, 8)]
+    assert end == {"shards": {"shardId-0": {"after": "7"}}}
+    assert fake.iterators == 2  # the expired one was renewed from the same position
+    rows, last = reader.read(end)
+    assert [row[0] for row in rows] == [b"r8", b"r9", b"r10"]
+    assert [row[0] for row in reader.readBetweenOffsets(end, last)] == [b"r8", b"r9", b"r10"]
+
+
+# -- the pipeline's settings -------------------------------------------------------------------------------
+
+
+def test_kinesis_settings_are_checked_when_loaded() -> None:
+    from pipeline.config import ConfigError, load_config
+
+    cfg = load_config(overrides=["changelog.source=kinesis", "kinesis.streams=moma, hr",
+                                 "kinesis.starting_position=AT_TIMESTAMP 2026-01-01T00:00:00Z",
+                                 "kinesis.options.describeShardInterval=5s"], environ={})
+    assert (cfg.changelog.source, cfg.kinesis.streams) == ("kinesis", ["moma", "hr"])
+    assert cfg.kinesis.options == {"describeShardInterval": "5s"}
+    with pytest.raises(ConfigError, match="kinesis.starting_position.*AT_TIMESTAMP <ISO time with zone>"):
+        load_config(overrides=["kinesis.starting_position=yesterday"], environ={})
+    with pytest.raises(ConfigError, match="changelog.source"):
+        load_config(overrides=["changelog.source=pulsar"], environ={})
+
+
+def test_the_stage_passes_its_settings_as_source_options() -> None:
+    from pipeline.config import load_config
+    from pipeline.sources.kinesis.changelog import source_options as stage_options
+
+    cfg = load_config(overrides=["aws.endpoint_url=http://127.0.0.1:4566", "kinesis.streams=moma",
+                                 "kinesis.sts_role_arn=arn:aws:iam::222222222222:role/r",
+                                 "kinesis.options.describeShardInterval=5s"], environ={})
+    options = source_options(stage_options(cfg, "moma"))  # the reader accepts every one of them
+    assert (options.stream_name, options.starting_position.kind, options.fail_on_data_loss) == ("moma", "TRIM_HORIZON", True)
+    assert (options.client.sts_role_arn, options.client.sts_endpoint_url) == ("arn:aws:iam::222222222222:role/r",
+                                                                              "http://127.0.0.1:4566")
+    assert options.describe_shard_interval_s == 5.0
