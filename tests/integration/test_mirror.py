@@ -65,16 +65,22 @@ def _configure(cfg: PipelineConfig, prefix: str, lake_format: str = "iceberg", *
     })
 
 
-@pytest.fixture(scope="module")
-def landed(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[PipelineConfig, Source, TruthStore]:
-    """One source of 900 simulated changes, landed in the changelog once for the tests that only read it;
-    each of them merges into a mirror namespace of its own (`_own_mirrors`)."""
-    prefix = f"sh{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix)
-    source = Source(cfg, prefix, tmp_path_factory.mktemp("landed"))
+def _landed_source(cfg: PipelineConfig, spark, folder: Path, tag: str,
+                   **mirror) -> tuple[PipelineConfig, Source, TruthStore]:
+    """A new source of 900 simulated changes, landed in the changelog; its config names its tables' keys."""
+    prefix = f"{tag}{uuid.uuid4().hex[:6]}"
+    cfg = _configure(cfg, prefix, **mirror)
+    source = Source(cfg, prefix, folder)
     truth = source.simulate(events=900)
     source.land(spark)
     return cfg, source, truth
+
+
+@pytest.fixture(scope="module")
+def landed(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[PipelineConfig, Source, TruthStore]:
+    """One landed source for the tests that only read its changelog; each of them merges into a mirror
+    namespace of its own (`_own_mirrors`)."""
+    return _landed_source(cfg, spark, tmp_path_factory.mktemp("landed"), "sh")
 
 
 def _own_mirrors(cfg: PipelineConfig, tag: str, **mirror) -> PipelineConfig:
