@@ -88,9 +88,7 @@ class TopicPlan:
 
 class ChangelogStage:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
-        if not (cfg.changelog.topics or cfg.changelog.topic_pattern):
-            raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
-                             "(e.g. --set changelog.topic_pattern='moma\\..*')")
+        self._check_subscription(cfg)
         self.cfg = cfg
         self.spark = spark
         self.resolver = resolver_from_settings(cfg.registry, cfg.aws)
@@ -102,6 +100,25 @@ class ChangelogStage:
                                    else IcebergAppender(spark, self.namespace))
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
+
+    # -- what it reads (a stage over another source overrides these) ----------------------------------
+
+    @staticmethod
+    def _check_subscription(cfg: PipelineConfig) -> None:
+        if not (cfg.changelog.topics or cfg.changelog.topic_pattern):
+            raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
+                             "(e.g. --set changelog.topic_pattern='moma\\..*')")
+
+    def _subscription(self) -> dict[str, str | None]:
+        settings = self.cfg.changelog
+        return {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern}
+
+    def _check_services(self) -> None:
+        check_services(self.cfg)
+
+    def _drained(self, query: StreamingQuery) -> bool:
+        """Whether a run until caught up may stop now; the Kafka query stops by itself (available-now)."""
+        return False
 
     # -- the streaming query -------------------------------------------------------------------------
 
@@ -135,7 +152,7 @@ class ChangelogStage:
         """
         from pyspark.errors import StreamingQueryException
 
-        check_services(self.cfg)
+        self._check_services()
         self._check_checkpoint()
         stopping = threading.Event()
         self._on_sigterm(stopping)
@@ -158,25 +175,32 @@ class ChangelogStage:
                 stopping.wait(delay)
 
     def _wait_out_outage(self, stopping: threading.Event) -> bool:
-        """After a failed query: while Kafka or the registry does not answer, log which one and where and wait
-        with backoff (up to a minute between tries). False when both answer: the failure was something else."""
+        """After a failed query: while a service the stage needs does not answer, log which one and where and
+        wait with backoff (up to a minute between tries). False when all answer: the failure was something else."""
         delay, outage = 1.0, False
         while not stopping.is_set():
-            try:
-                kafka.topic_names(self.cfg.kafka)
-                self.resolver.check()
-            except (kafka.KafkaUnavailable, RegistryError) as exc:
-                outage = True
-                service = "kafka" if isinstance(exc, kafka.KafkaUnavailable) else "registry"
-                address = self.cfg.kafka.bootstrap_servers if service == "kafka" else self.resolver.address
-                log.warning("changelog.outage", service=service, address=address, retry_in_s=delay, error=str(exc))
-                stopping.wait(delay)
-                delay = min(60.0, delay * 2)
-                continue
-            if outage:
-                log.info("changelog.recovered")
-            return outage
+            down = self._outage()
+            if down is None:
+                if outage:
+                    log.info("changelog.recovered")
+                return outage
+            outage = True
+            service, address, error = down
+            log.warning("changelog.outage", service=service, address=address, retry_in_s=delay, error=error)
+            stopping.wait(delay)
+            delay = min(60.0, delay * 2)
         return outage
+
+    def _outage(self) -> tuple[str, str, str] | None:
+        """(service, address, error) of a service that does not answer, or None."""
+        try:
+            kafka.topic_names(self.cfg.kafka)
+            self.resolver.check()
+        except (kafka.KafkaUnavailable, RegistryError) as exc:
+            if isinstance(exc, kafka.KafkaUnavailable):
+                return "kafka", str(self.cfg.kafka.bootstrap_servers), str(exc)
+            return "registry", self.resolver.address, str(exc)
+        return None
 
     def _check_checkpoint(self) -> None:
         """A checkpoint records how far a subscription was read into one target; reading other topics, or
@@ -184,8 +208,7 @@ class ChangelogStage:
         own files on first use (through Spark, so S3 checkpoints work) and refuses a mismatch."""
         settings = self.cfg.changelog
         path = f"{settings.checkpoint}/pipeline-changelog"
-        mine = {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern,
-                "target": self.target}
+        mine = {**self._subscription(), "target": self.target}
         jvm = self.spark.sparkContext._jvm
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
         if not hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path):
@@ -202,6 +225,10 @@ class ChangelogStage:
         logged = -1
         while not query.awaitTermination(1.0):
             logged = self._log_progress(query, logged)
+            if self._drained(query):
+                query.stop()
+                log.info("changelog.stopped", reason="drained", last_batch=logged)
+                return
             if stopping.is_set():
                 while query.status["isTriggerActive"]:  # the running batch finishes first
                     time.sleep(0.2)
@@ -254,13 +281,17 @@ class ChangelogStage:
                                        f"the first byte must be {self.framing.magic} and a schema id follow"))
             for topic, plan in sorted(plans.items()):
                 dead += self._topic(raw.where(F.col("topic") == topic), plan, batch_id, report)
-            if dead:
-                letters = functools.reduce(type(raw).unionByName, dead)
-                report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
-                                                   partition_by_source_time=False).rows
+            self._append_dead_letters(dead, batch_id, report)
         finally:
             raw.unpersist()
         self.reports.append(report)
+
+    def _append_dead_letters(self, dead: list[DataFrame], batch_id: int, report: BatchReport) -> None:
+        """One append of every dead letter the batch produced, to the dead-letter table."""
+        if dead:
+            letters = functools.reduce(type(dead[0]).unionByName, dead)
+            report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
+                                               partition_by_source_time=False).rows
 
     def _plan(self, raw: DataFrame) -> dict[str, TopicPlan]:
         from pyspark.sql import functions as F

@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
 
     simulate = commands.add_parser("simulate", help="the CDC simulator: DMS/Debezium events with a ground-truth log")
-    simulate.add_argument("--format", default="debezium", choices=["debezium", "debezium-unwrapped", "dms", "dms-json"])
+    simulate.add_argument("--format", default="debezium",
+                          choices=["debezium", "debezium-unwrapped", "dms", "dms-json", "dms-csv", "dms-parquet"])
     simulate.add_argument("--tables", default="all", choices=["moma", "employees", "all"])
     simulate.add_argument("--events", type=int, default=10_000, help="change events to emit, snapshot included")
     simulate.add_argument("--duration", type=float, help="stop after this many seconds")
@@ -65,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--tombstones", action="store_true", help="Debezium envelope: a null message after each delete")
     simulate.add_argument("--topic-prefix", help="replaces the server name in <server>.<schema>.<table>")
     simulate.add_argument("--partitions", type=int, default=4, help="partitions of topics the simulator creates")
-    simulate.add_argument("--to", default="kafka", choices=["kafka"], help="the transport")
+    simulate.add_argument("--to", default="kafka", choices=["kafka", "s3"],
+                          help="the transport; s3: DMS files (dms-csv, dms-parquet) in dms_files.bucket, announced on SQS")
+    simulate.add_argument("--rows-per-file", type=int, default=500, help="s3: changes per DMS file cut")
     simulate.add_argument("--truth", type=Path, help="ground-truth SQLite file (default: <home>/truth/<run>.db)")
     simulate.set_defaults(handler=cmd_simulate)
 
@@ -73,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     changelog.add_argument("--until-caught-up", action="store_true", help="drain the topics, then exit 0")
     changelog.add_argument("--topics", help="comma-separated topics (overrides changelog.topics)")
     changelog.add_argument("--topic-pattern", help="a regex of topics (overrides changelog.topic_pattern)")
+    changelog.add_argument("--source", choices=["kafka", "s3-sqs"],
+                           help="where change events come from (overrides changelog.source)")
     changelog.set_defaults(handler=cmd_changelog)
 
     mirror = commands.add_parser("mirror", help="merge new changelog rows into current-state mirror tables")
@@ -195,20 +200,32 @@ def cmd_demo(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from registry.factory import serde_from_settings
+    from simulators.formats import FILE_FORMATS
     from simulators.simulation import Simulation, SimulationOptions
     from simulators.transport import KafkaTransport
     from simulators.truth import TruthStore
 
+    to_s3 = args.to == "s3"
+    if to_s3 != (args.format in FILE_FORMATS):
+        print(f"error: --to s3 goes with --format {' or '.join(FILE_FORMATS)}, and those formats with --to s3",
+              file=sys.stderr)
+        return EXIT_USAGE
     options = SimulationOptions(
         format=args.format, tables=args.tables, events=args.events, duration_s=args.duration, rate=args.rate,
-        seed=args.seed, duplicates=args.duplicates, reorder=args.reorder, poison=args.poison,
+        seed=args.seed, duplicates=args.duplicates, reorder=args.reorder, poison=0.0 if to_s3 else args.poison,
         evolve_at=args.evolve_at, snapshot_rows=args.snapshot_rows, tombstones=args.tombstones,
         topic_prefix=args.topic_prefix,
     )
     truth = TruthStore(args.truth or cfg.home / "truth" / f"{args.topic_prefix or 'default'}-{args.format}.db")
-    serde = serde_from_settings(cfg.registry, cfg.aws)
-    transport = KafkaTransport(cfg.kafka, partitions=args.partitions)
-    summary = Simulation(options, transport, truth, serde).run(progress=True)
+    if to_s3:
+        from simulators.s3_files import S3FileTransport
+
+        transport = S3FileTransport(cfg.aws, cfg.dms_files, args.format, args.rows_per_file, args.poison, args.seed)
+        summary = Simulation(options, transport, truth, None).run(progress=True)
+        print(f"files: {transport.files_written} in s3://{cfg.dms_files.bucket}/, announced on queue {cfg.dms_files.queue}")
+    else:
+        transport = KafkaTransport(cfg.kafka, partitions=args.partitions)
+        summary = Simulation(options, transport, truth, serde_from_settings(cfg.registry, cfg.aws)).run(progress=True)
     print("\n".join(summary.lines()))
     print(f"ground truth: {truth.path} ({truth.count()} changes)")
     return EXIT_OK
@@ -221,6 +238,13 @@ def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     if args.topics or args.topic_pattern:
         subscription = {"topics": [t for t in (args.topics or "").split(",") if t], "topic_pattern": args.topic_pattern}
         cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update=subscription)})
+    if args.source:
+        cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update={"source": args.source})})
+    if cfg.changelog.source == "s3-sqs":
+        from pipeline.changelog_s3 import S3SqsChangelogStage
+
+        S3SqsChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
+        return EXIT_OK
     check_services(cfg)  # before Spark starts: an outage is named in seconds, not after the JVM is up
     ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,9 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
     from pyspark.sql import SparkSession
 
     _export_aws_credentials(cfg)
+    if (cfg.spark.master or "").startswith("local"):
+        # Python workers (Python data sources such as s3-sqs) need this interpreter's packages, not PATH's python3
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cfg.home.mkdir(parents=True, exist_ok=True)  # the JDBC catalog's sqlite file lives here
     builder = SparkSession.builder
     for key, value in spark_conf(cfg).items():

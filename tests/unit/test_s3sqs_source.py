@@ -110,3 +110,11 @@ def test_tracker_plans_batches_holds_the_rest_and_forgets_old_files(tmp_path: Pa
     reopened = FileTracker(tmp_path / "db")  # what a restarted query finds
     assert reopened.meta("planned") == 2 and reopened.batch_files(1) == [held]
     assert reopened.purge_older_than(150) == 1 and not reopened.seen("s3://b/1") and reopened.seen("s3://b/2")
+
+
+@pytest.mark.parametrize(("to", "fmt"), [("s3", "debezium"), ("kafka", "dms-parquet")])
+def test_simulate_pairs_s3_with_the_dms_file_formats(to: str, fmt: str, capsys) -> None:
+    from pipeline.cli import EXIT_USAGE, main
+
+    assert main(["simulate", "--to", to, "--format", fmt, "--events", "1"]) == EXIT_USAGE
+    assert "--to s3 goes with --format dms-csv or dms-parquet" in capsys.readouterr().err
