@@ -98,7 +98,7 @@ class S3SqsChangelogStage(ChangelogStage):
                 .trigger(processingTime=DRAIN_TRIGGER if until_caught_up else settings.trigger_interval).start())
 
     def _drained(self, query: StreamingQuery) -> bool:
-        if not self._until_caught_up or query.status["isTriggerActive"]:
+        if not self._until_caught_up:
             return False
         status = read_status(str(self.cfg.changelog.checkpoint))
         return status is not None and status.drained

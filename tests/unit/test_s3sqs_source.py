@@ -118,3 +118,12 @@ def test_simulate_pairs_s3_with_the_dms_file_formats(to: str, fmt: str, capsys) 
 
     assert main(["simulate", "--to", to, "--format", fmt, "--events", "1"]) == EXIT_USAGE
     assert "--to s3 goes with --format dms-csv or dms-parquet" in capsys.readouterr().err
+
+
+def test_files_are_packed_into_tasks_like_a_file_sources_splits() -> None:
+    from pipeline.sources.s3sqs.files import pack
+
+    small = [S3File(f"s3://b/{n}", 10, 0) for n in range(100)]
+    assert [len(s.files) for s in pack(small)] == [31, 31, 31, 7]  # 4 MB opening cost each, 128 MB a task
+    assert [f for s in pack(small) for f in s.files] == small
+    assert [len(s.files) for s in pack([S3File("s3://b/big", 300 << 20, 0)] * 2)] == [1, 1]

@@ -34,6 +34,21 @@ class FileSlice(InputPartition):
         self.files = files
 
 
+def pack(files: list[S3File], max_bytes: int = 128 << 20, open_cost: int = 4 << 20) -> list[FileSlice]:
+    """Files into tasks as Spark packs a file source's splits: each file costs its size plus an opening cost,
+    a task takes up to `max_bytes` (Spark's maxPartitionBytes and openCostInBytes defaults), in batch order."""
+    slices: list[list[S3File]] = []
+    load = max_bytes
+    for item in files:
+        cost = item.size + open_cost
+        if load + cost > max_bytes and (not slices or slices[-1]):
+            slices.append([])
+            load = 0
+        slices[-1].append(item)
+        load += cost
+    return [FileSlice(chunk) for chunk in slices]
+
+
 def read_files(options: S3SqsOptions, schema: StructType, files: list[S3File]) -> Iterator[pa.RecordBatch]:
     import boto3
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -17,7 +17,7 @@ import structlog
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from pipeline.sources.s3sqs.admission import admit
-from pipeline.sources.s3sqs.files import FileSlice, read_files
+from pipeline.sources.s3sqs.files import FileSlice, pack, read_files
 from pipeline.sources.s3sqs.options import S3SqsOptionError, S3SqsOptions
 from pipeline.sources.s3sqs.status import SourceStatus, status_path, write_status
 from pipeline.sources.s3sqs.tracker import NO_BATCH, FileTracker, tracker_path
@@ -67,7 +67,7 @@ class S3SqsStreamReader(DataSourceStreamReader):
         files = [f for batch in range(start["batch"] + 1, end["batch"] + 1) for f in tracker.batch_files(batch)]
         if end["batch"] > tracker.meta("handed"):
             tracker.mark("handed", end["batch"])
-        return [FileSlice([item]) for item in files]
+        return pack(files)
 
     def stop(self) -> None:
         if self._queue is not None:

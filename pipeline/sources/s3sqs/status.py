@@ -1,7 +1,8 @@
 """A small JSON file beside the RocksDB log, rewritten whenever Spark asks for new data: how far the source got and
 whether the queue looked empty. The reader runs in its own process; this is how the query's driver learns that
 the queue is drained: the last poll found nothing new and nothing visible left, and every planned batch had been
-given to Spark before it. Spark polls only between batches, so those batches have then finished."""
+given to Spark before it. Spark polls only between batches, so those batches have then finished; a poll in flight
+that plans a new batch leaves it in RocksDB for the next run."""
 
 from __future__ import annotations
 
