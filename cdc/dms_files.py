@@ -53,7 +53,7 @@ def decode(rows: DataFrame, merged_type: str, timestamp_column: str, queue: str,
     found = found if isinstance(found, StructType) else StructType()
     skip = {OP_COLUMN, timestamp_column}
     if declared is not None:
-        data = [F.try_cast(F.try_variant_get(parsed, _path(f.name), "string"), f.dataType).alias(f.name)
+        data = [F.try_variant_get(parsed, _path(f.name), "string").try_cast(f.dataType).alias(f.name)
                 for f in declared if f.name not in skip]
     else:
         data = [F.try_variant_get(parsed, _path(f.name), "double" if isinstance(f.dataType, DecimalType)
