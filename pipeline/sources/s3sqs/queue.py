@@ -76,10 +76,11 @@ class SqsQueue:
                 log.warning("s3sqs.delete_failed", message=chunk[int(failure["Id"])].message_id,
                             error=failure.get("Message") or failure.get("Code"))
 
-    def visible_messages(self) -> int:
-        attributes = self.client.get_queue_attributes(QueueUrl=self.options.queue_url,
-                                                      AttributeNames=["ApproximateNumberOfMessages"])
-        return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+    def waiting_messages(self) -> tuple[int, int]:
+        """(visible, in flight): in flight are received by some consumer and neither deleted nor back yet."""
+        attributes = self.client.get_queue_attributes(QueueUrl=self.options.queue_url, AttributeNames=[
+            "ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+        return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
 
     def _receive_once(self, count: int, wait_s: int) -> list[Message]:
         answer = self.client.receive_message(

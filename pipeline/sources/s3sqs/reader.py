@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
-    from pipeline.sources.s3sqs.queue import SqsQueue
+    from pipeline.sources.s3sqs.queue import Message, SqsQueue
 
 log = structlog.get_logger(__name__)
 
@@ -41,11 +41,12 @@ class S3SqsStreamReader(DataSourceStreamReader):
         self.schema = schema
         self._tracker: FileTracker | None = None  # driver-only state, opened on first use
         self._queue: SqsQueue | None = None
-        self._last_poll = (1, 1)  # (new files, visible messages) of the last poll; none yet: not drained
+        self._last_poll = (1, 1)  # (new files, messages waiting) of the last poll; none yet: not drained
+        self._kept: dict[str, float] = {}  # consumer errors this reader left in flight -> when they come back
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "schema": self.schema, "_tracker": None, "_queue": None,
-                "_last_poll": self._last_poll}
+                "_last_poll": self._last_poll, "_kept": {}}
 
     # -- driver --------------------------------------------------------------------------------------
 
@@ -108,10 +109,18 @@ class S3SqsStreamReader(DataSourceStreamReader):
             log.info("s3sqs.poll", batch=batch_id if take else None, files=len(take), held=len(rest),
                      messages=len(messages), deleted=len(admission.delete), kept=len(admission.keep),
                      refused=dict(admission.refused), seconds=round(time.monotonic() - started, 2))
-        new = len(admission.files)
-        self._last_poll = (len(take), 0 if new or rest else self.queue.visible_messages())
+        self._last_poll = (len(take), 0 if admission.files or rest else self._waiting(admission.keep))
         self._write_status()
         return batch_id
+
+    def _waiting(self, kept: list[Message]) -> int:
+        """Messages the queue still holds for someone: visible ones, and those in flight that this reader did
+        not keep itself (a consumer that died mid-poll: its messages come back after the visibility timeout)."""
+        now = time.monotonic()
+        self._kept.update((m.message_id, now + self.options.visibility_timeout_s) for m in kept)
+        self._kept = {message: until for message, until in self._kept.items() if until > now}
+        visible, in_flight = self.queue.waiting_messages()
+        return visible + max(0, in_flight - len(self._kept))
 
     def _reprocess(self) -> int:
         """Plan (once) a batch of the files of batches start..end, or in a dry run only list them."""

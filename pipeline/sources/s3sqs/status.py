@@ -1,6 +1,7 @@
 """A small JSON file beside the RocksDB log, rewritten whenever Spark asks for new data: how far the source got and
 whether the queue looked empty. The reader runs in its own process; this is how the query's driver learns that
-the queue is drained: the last poll found nothing new and nothing visible left, and every planned batch had been
+the queue is drained: the last poll found nothing new and no message waiting (visible, or in flight at a consumer
+that died; messages this reader keeps for a dead-letter queue do not count), and every planned batch had been
 given to Spark before it. Spark polls only between batches, so those batches have then finished; a poll in flight
 that plans a new batch leaves it in RocksDB for the next run."""
 
@@ -19,7 +20,7 @@ class SourceStatus:
     planned: int
     handed: int  # the last batch Spark asked for
     last_poll_files: int  # new files the last poll found
-    queue_visible: int  # messages the queue still showed after that poll (0 when not asked)
+    queue_visible: int  # messages the queue still held for someone after that poll (0 when not asked)
 
     @property
     def drained(self) -> bool:
