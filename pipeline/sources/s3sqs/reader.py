@@ -109,16 +109,20 @@ class S3SqsStreamReader(DataSourceStreamReader):
             log.info("s3sqs.poll", batch=batch_id if take else None, files=len(take), held=len(rest),
                      messages=len(messages), deleted=len(admission.delete), kept=len(admission.keep),
                      refused=dict(admission.refused), seconds=round(time.monotonic() - started, 2))
-        self._last_poll = (len(take), 0 if admission.files or rest else self._waiting(admission.keep))
+        self._remember_kept(admission.keep)
+        self._last_poll = (len(take), 0 if admission.files or rest else self._waiting())
         self._write_status()
         return batch_id
 
-    def _waiting(self, kept: list[Message]) -> int:
-        """Messages the queue still holds for someone: visible ones, and those in flight that this reader did
-        not keep itself (a consumer that died mid-poll: its messages come back after the visibility timeout)."""
+    def _remember_kept(self, kept: list[Message]) -> None:
+        """Consumer errors left in flight, until their visibility timeout brings them back."""
         now = time.monotonic()
         self._kept.update((m.message_id, now + self.options.visibility_timeout_s) for m in kept)
         self._kept = {message: until for message, until in self._kept.items() if until > now}
+
+    def _waiting(self) -> int:
+        """Messages the queue still holds for someone: visible ones, and those in flight that this reader did
+        not keep itself (a consumer that died mid-poll: its messages come back after the visibility timeout)."""
         visible, in_flight = self.queue.waiting_messages()
         return visible + max(0, in_flight - len(self._kept))
 
