@@ -55,10 +55,15 @@ def normalize(decoded: DataFrame, fmt: str, db: str) -> DataFrame:
                  ).alias("_seq"),
         meta["_source"].alias("_source"),
         F.struct(F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
-                 F.lit(None).cast("string").alias("file"),
+                 _file(decoded).alias("file"),
                  *[F.col(name) for name in TRANSPORT_EXTRAS if name in decoded.columns]).alias("_transport"),
         F.col("schema_id").cast("string").alias("_schema_id"),
     )
+
+
+def _file(decoded: DataFrame) -> Column:
+    """The file a change came in (S3 file sources carry a `file` column; message transports have none)."""
+    return F.col("file") if "file" in decoded.columns else F.lit(None).cast("string")
 
 
 def _source(fmt: str, connector: Column, db: Column, schema: Column, table: Column, tx_id: Column,
@@ -127,4 +132,5 @@ def _dms(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str,
     return [v["data"][name].alias(name) for name in names], meta
 
 
-FORMATS = {"debezium": _debezium, "debezium-unwrapped": _unwrapped, "dms": _dms, "dms-json": _dms}
+FORMATS = {"debezium": _debezium, "debezium-unwrapped": _unwrapped, "dms": _dms, "dms-json": _dms, "dms-csv": _dms,
+           "dms-parquet": _dms}

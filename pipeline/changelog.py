@@ -97,11 +97,7 @@ class TopicPlan:
 
 class ChangelogStage:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
-        if cfg.changelog.source == "kinesis" and not cfg.kinesis.streams:
-            raise StageError("no Kinesis streams to read: set kinesis.streams (e.g. --set kinesis.streams=moma)")
-        if cfg.changelog.source == "kafka" and not (cfg.changelog.topics or cfg.changelog.topic_pattern):
-            raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
-                             "(e.g. --set changelog.topic_pattern='moma\\..*')")
+        self._check_subscription(cfg)
         self.cfg = cfg
         self.spark = spark
         self.resolver = resolver_from_settings(cfg.registry, cfg.aws)
@@ -113,6 +109,32 @@ class ChangelogStage:
                                    else IcebergAppender(spark, self.namespace))
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
+        self._until_caught_up = False
+
+    # -- what it reads (a stage over another source overrides these) ----------------------------------
+
+    @staticmethod
+    def _check_subscription(cfg: PipelineConfig) -> None:
+        if cfg.changelog.source == "kinesis":
+            if not cfg.kinesis.streams:
+                raise StageError("no Kinesis streams to read: set kinesis.streams (e.g. --set kinesis.streams=moma)")
+        elif not (cfg.changelog.topics or cfg.changelog.topic_pattern):
+            raise StageError("no topics to read: set changelog.topics or changelog.topic_pattern "
+                             "(e.g. --set changelog.topic_pattern='moma\\..*')")
+
+    def _subscription(self) -> dict[str, str | None]:
+        settings = self.cfg.changelog
+        if settings.source == "kinesis":
+            return {"kinesis_streams": ",".join(self.cfg.kinesis.streams)}
+        return {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern}
+
+    def _check_services(self) -> None:
+        check_services(self.cfg)
+
+    def _drained(self, query: StreamingQuery) -> bool:
+        """Whether a run until caught up may stop now. The Kafka query stops by itself (available-now); the
+        Kinesis one (a Python source: no available-now in Spark 4.1) once a trigger finds nothing new."""
+        return self._until_caught_up and self.cfg.changelog.source == "kinesis" and _found_nothing_new(query)
 
     # -- the streaming query -------------------------------------------------------------------------
 
@@ -120,6 +142,7 @@ class ChangelogStage:
         """Kafka drains with `availableNow`; Kinesis (a Python source, which has no such trigger in Spark 4.1)
         runs back-to-back batches and `_watch` stops it once a trigger finds nothing new."""
         settings = self.cfg.changelog
+        self._until_caught_up = until_caught_up
         if self.cfg.lake.format == "iceberg":
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
         if settings.source == "kinesis":
@@ -152,7 +175,7 @@ class ChangelogStage:
         """
         from pyspark.errors import StreamingQueryException
 
-        check_services(self.cfg)
+        self._check_services()
         self._check_checkpoint()
         stopping = threading.Event()
         self._on_sigterm(stopping)
@@ -160,7 +183,7 @@ class ChangelogStage:
         while not stopping.is_set():
             query = self.start(until_caught_up)
             try:
-                self._watch(query, stopping, until_caught_up)
+                self._watch(query, stopping)
                 return
             except StreamingQueryException as exc:
                 error = str(exc).splitlines()[0][:300]
@@ -175,31 +198,38 @@ class ChangelogStage:
                 stopping.wait(delay)
 
     def _wait_out_outage(self, stopping: threading.Event) -> bool:
-        """After a failed query: while Kafka or the registry does not answer, log which one and where and wait
-        with backoff (up to a minute between tries), for at most `changelog.max_outage_s`. False when both
+        """After a failed query: while a service the stage needs does not answer, log which one and where and
+        wait with backoff (up to a minute between tries), for at most `changelog.max_outage_s`. False when all
         answer: the failure was something else."""
         delay, since = 1.0, None
         while not stopping.is_set():
-            try:
-                check_services(self.cfg)
-            except (kafka.KafkaUnavailable, RegistryError, KinesisUnavailable) as exc:
-                since = since or time.monotonic()
-                service, address = {kafka.KafkaUnavailable: ("kafka", self.cfg.kafka.bootstrap_servers),
-                                    KinesisUnavailable: ("kinesis", self.cfg.aws.endpoint_url)}.get(
-                    type(exc), ("registry", self.resolver.address))
-                waited, bound = time.monotonic() - since, self.cfg.changelog.max_outage_s
-                if bound and waited >= bound:
-                    raise StageError(f"{service} at {address} has not answered for {waited:.0f} s "
-                                     f"(changelog.max_outage_s = {bound:g}): {exc}; the checkpoint is intact, "
-                                     "so start the stage again once it is back") from exc
-                log.warning("changelog.outage", service=service, address=address, retry_in_s=delay, error=str(exc))
-                stopping.wait(min(delay, bound - waited) if bound else delay)
-                delay = min(60.0, delay * 2)
-                continue
-            if since is not None:
-                log.info("changelog.recovered")
-            return since is not None
+            down = self._outage()
+            if down is None:
+                if since is not None:
+                    log.info("changelog.recovered")
+                return since is not None
+            since = since or time.monotonic()
+            service, address, error = down
+            waited, bound = time.monotonic() - since, self.cfg.changelog.max_outage_s
+            if bound and waited >= bound:
+                raise StageError(f"{service} at {address} has not answered for {waited:.0f} s "
+                                 f"(changelog.max_outage_s = {bound:g}): {error}; the checkpoint is intact, "
+                                 "so start the stage again once it is back")
+            log.warning("changelog.outage", service=service, address=address, retry_in_s=delay, error=error)
+            stopping.wait(min(delay, bound - waited) if bound else delay)
+            delay = min(60.0, delay * 2)
         return since is not None
+
+    def _outage(self) -> tuple[str, str, str] | None:
+        """(service, address, error) of a service that does not answer, or None."""
+        try:
+            check_services(self.cfg)
+        except (kafka.KafkaUnavailable, RegistryError, KinesisUnavailable) as exc:
+            service, address = {kafka.KafkaUnavailable: ("kafka", self.cfg.kafka.bootstrap_servers),
+                                KinesisUnavailable: ("kinesis", self.cfg.aws.endpoint_url)}.get(
+                type(exc), ("registry", self.resolver.address))
+            return service, str(address), str(exc)
+        return None
 
     def _check_checkpoint(self) -> None:
         """A checkpoint records how far a subscription was read into one target; reading other topics, or
@@ -207,10 +237,7 @@ class ChangelogStage:
         own files on first use (through Spark, so S3 checkpoints work) and refuses a mismatch."""
         settings = self.cfg.changelog
         path = f"{settings.checkpoint}/pipeline-changelog"
-        mine = {"topics": ",".join(settings.topics) or None, "topic_pattern": settings.topic_pattern,
-                "target": self.target}
-        if settings.source == "kinesis":
-            mine = {"kinesis_streams": ",".join(self.cfg.kinesis.streams), "target": self.target}
+        mine = {**self._subscription(), "target": self.target}
         jvm = self.spark.sparkContext._jvm
         hadoop_path = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
         if not hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path):
@@ -223,13 +250,13 @@ class ChangelogStage:
                              f"but this one has {mine}: give this configuration its own changelog.checkpoint, "
                              "or run with the settings the checkpoint was made with")
 
-    def _watch(self, query: StreamingQuery, stopping: threading.Event, until_caught_up: bool = False) -> None:
+    def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
         logged = -1
         while not query.awaitTermination(1.0):
             logged = self._log_progress(query, logged)
-            if until_caught_up and self.cfg.changelog.source == "kinesis" and _found_nothing_new(query):
+            if self._drained(query):
                 query.stop()
-                log.info("changelog.caught_up", last_batch=logged)
+                log.info("changelog.stopped", reason="caught up", last_batch=logged)
                 return
             if stopping.is_set():
                 while query.status["isTriggerActive"]:  # the running batch finishes first
@@ -288,13 +315,17 @@ class ChangelogStage:
                                        f"the first byte must be {self.framing.magic} and a schema id follow"))
             for topic, plan in sorted(plans.items()):
                 dead += self._topic(raw.where(F.col("topic") == topic), plan, batch_id, report)
-            if dead:
-                letters = functools.reduce(type(raw).unionByName, dead)
-                report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
-                                                   partition_by_source_time=False).rows
+            self._append_dead_letters(dead, batch_id, report)
         finally:
             raw.unpersist()
         self.reports.append(report)
+
+    def _append_dead_letters(self, dead: list[DataFrame], batch_id: int, report: BatchReport) -> None:
+        """One append of every dead letter the batch produced, to the dead-letter table."""
+        if dead:
+            letters = functools.reduce(type(dead[0]).unionByName, dead)
+            report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
+                                               partition_by_source_time=False).rows
 
     def _plan(self, raw: DataFrame) -> dict[str, TopicPlan]:
         from pyspark.sql import functions as F

@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
 
     simulate = commands.add_parser("simulate", help="the CDC simulator: DMS/Debezium events with a ground-truth log")
-    simulate.add_argument("--format", default="debezium", choices=["debezium", "debezium-unwrapped", "dms", "dms-json"])
+    simulate.add_argument("--format", default="debezium",
+                          choices=["debezium", "debezium-unwrapped", "dms", "dms-json", "dms-csv", "dms-parquet"])
     simulate.add_argument("--tables", default="all", choices=["moma", "employees", "all"])
     simulate.add_argument("--events", type=int, default=10_000, help="change events to emit, snapshot included")
     simulate.add_argument("--duration", type=float, help="stop after this many seconds")
@@ -65,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--tombstones", action="store_true", help="Debezium envelope: a null message after each delete")
     simulate.add_argument("--topic-prefix", help="replaces the server name in <server>.<schema>.<table>")
     simulate.add_argument("--partitions", type=int, default=4, help="partitions of topics the simulator creates")
-    simulate.add_argument("--to", default="kafka", choices=["kafka", "kinesis"],
-                          help="the transport (kinesis: one stream per database, --partitions shards, dms-json only)")
+    simulate.add_argument("--to", default="kafka", choices=["kafka", "kinesis", "s3"],
+                          help="the transport; kinesis: one stream per database, --partitions shards, dms-json only; "
+                               "s3: DMS files (dms-csv, dms-parquet) in dms_files.bucket, announced on SQS")
+    simulate.add_argument("--rows-per-file", type=int, default=500, help="s3: changes per DMS file cut")
     simulate.add_argument("--truth", type=Path, help="ground-truth SQLite file (default: <home>/truth/<run>.db)")
     simulate.set_defaults(handler=cmd_simulate)
 
@@ -74,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     changelog.add_argument("--until-caught-up", action="store_true", help="drain the topics, then exit 0")
     changelog.add_argument("--topics", help="comma-separated topics (overrides changelog.topics)")
     changelog.add_argument("--topic-pattern", help="a regex of topics (overrides changelog.topic_pattern)")
-    changelog.add_argument("--source", choices=["kafka", "kinesis"], help="the transport (overrides changelog.source)")
+    changelog.add_argument("--source", choices=["kafka", "kinesis", "s3-sqs"],
+                           help="where change events come from (overrides changelog.source)")
     changelog.add_argument("--streams", help="comma-separated Kinesis streams (overrides kinesis.streams)")
     changelog.set_defaults(handler=cmd_changelog)
 
@@ -210,25 +214,37 @@ def cmd_demo(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 def cmd_simulate(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from registry.factory import serde_from_settings
-    from simulators.simulation import Simulation, SimulationError, SimulationOptions
+    from simulators.formats import FILE_FORMATS
     from simulators.kinesis import FORMATS as KINESIS_FORMATS, KinesisTransport
+    from simulators.simulation import Simulation, SimulationError, SimulationOptions
     from simulators.transport import KafkaTransport
     from simulators.truth import TruthStore
 
+    to_s3 = args.to == "s3"
+    if to_s3 != (args.format in FILE_FORMATS):
+        print(f"error: --to s3 goes with --format {' or '.join(FILE_FORMATS)}, and those formats with --to s3",
+              file=sys.stderr)
+        return EXIT_USAGE
     options = SimulationOptions(
         format=args.format, tables=args.tables, events=args.events, duration_s=args.duration, rate=args.rate,
-        seed=args.seed, duplicates=args.duplicates, reorder=args.reorder, poison=args.poison,
+        seed=args.seed, duplicates=args.duplicates, reorder=args.reorder, poison=0.0 if to_s3 else args.poison,
         evolve_at=args.evolve_at, snapshot_rows=args.snapshot_rows, tombstones=args.tombstones,
         topic_prefix=args.topic_prefix,
     )
     truth = TruthStore(args.truth or cfg.home / "truth" / f"{args.topic_prefix or 'default'}-{args.format}.db")
-    serde = serde_from_settings(cfg.registry, cfg.aws)
     if args.to == "kinesis" and args.format not in KINESIS_FORMATS:
         raise SimulationError(f"--to kinesis writes what DMS's Kinesis target writes: use --format "
                               f"{' or '.join(KINESIS_FORMATS)}, not {args.format}")
-    transport = (KinesisTransport(cfg.aws, shards=args.partitions) if args.to == "kinesis"
-                 else KafkaTransport(cfg.kafka, partitions=args.partitions))
-    summary = Simulation(options, transport, truth, serde).run(progress=True)
+    if to_s3:
+        from simulators.s3_files import S3FileTransport
+
+        transport = S3FileTransport(cfg.aws, cfg.dms_files, args.format, args.rows_per_file, args.poison, args.seed)
+        summary = Simulation(options, transport, truth, None).run(progress=True)
+        print(f"files: {transport.files_written} in s3://{cfg.dms_files.bucket}/, announced on queue {cfg.dms_files.queue}")
+    else:
+        transport = (KinesisTransport(cfg.aws, shards=args.partitions) if args.to == "kinesis"
+                     else KafkaTransport(cfg.kafka, partitions=args.partitions))
+        summary = Simulation(options, transport, truth, serde_from_settings(cfg.registry, cfg.aws)).run(progress=True)
     print("\n".join(summary.lines()))
     print(f"ground truth: {truth.path} ({truth.count()} changes)")
     return EXIT_OK
@@ -245,6 +261,11 @@ def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update={"source": args.source})})
     if args.streams:
         cfg = cfg.model_copy(update={"kinesis": cfg.kinesis.model_copy(update={"streams": _split(args.streams)})})
+    if cfg.changelog.source == "s3-sqs":
+        from pipeline.changelog_s3 import S3SqsChangelogStage
+
+        S3SqsChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
+        return EXIT_OK
     check_services(cfg)  # before Spark starts: an outage is named in seconds, not after the JVM is up
     ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK

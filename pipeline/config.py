@@ -189,7 +189,7 @@ class KinesisSettings(_Section):
 class ChangelogSettings(_Section):
     """The changelog stage: which topics, how fast, and where its tables and checkpoint live."""
 
-    source: Literal["kafka", "kinesis"] = Field("kafka", description="the transport the changes arrive through")
+    source: Literal["kafka", "s3-sqs", "kinesis"] = Field("kafka", description="where change events come from")
     topics: list[str] = Field(default_factory=list, description="topics to read (or topic_pattern)")
     topic_pattern: str | None = Field(None, description="a Java regex of topics, e.g. 'moma\\..*'")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
@@ -212,6 +212,32 @@ class ChangelogSettings(_Section):
         if self.topics and self.topic_pattern:
             raise ValueError("set changelog.topics or changelog.topic_pattern, not both")
         return self
+
+
+class DmsFileSettings(_Section):
+    """DMS files on S3 announced on SQS: where the simulator writes them and how `changelog --source s3-sqs`
+    reads them (the `s3-sqs` source's options; `options` passes any other one through verbatim)."""
+
+    bucket: str = Field("dms-cdc", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    queue: str = Field("dms-cdc-events", pattern=r"^[A-Za-z0-9_-]{1,80}$", description="the queue's name")
+    queue_url: str | None = Field(None, description="overrides the URL looked up from the queue's name")
+    file_format: Literal["csv", "parquet"] = "parquet"
+    timestamp_column: str = Field("dms_commit_ts", description="DMS's TimestampColumnName: the commit time")
+    csv_schemas: dict[str, str] = Field(default_factory=dict, description="table -> Spark DDL of its CSV columns "
+                                        "(CSV carries no types; a table without one lands as strings)")
+    max_files_per_trigger: int = Field(100, ge=-1)
+    max_file_age: str = "15d"
+    long_polling_wait_s: int = Field(10, ge=0, le=20)
+    visibility_timeout_s: int = Field(60, ge=0)
+    keep_message_for_consumer_error: bool = False
+    options: dict[str, str] = Field(default_factory=dict, description="more s3-sqs source options, verbatim")
+
+    @field_validator("max_files_per_trigger")
+    @classmethod
+    def _not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be positive, or -1 for unlimited")
+        return value
 
 
 class LakeSettings(_Section):
@@ -271,6 +297,7 @@ class PipelineConfig(BaseModel):
     lake: LakeSettings = LakeSettings()
     changelog: ChangelogSettings = ChangelogSettings()
     kinesis: KinesisSettings = KinesisSettings()
+    dms_files: DmsFileSettings = DmsFileSettings()
     mirror: MirrorSettings = MirrorSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
 
@@ -355,7 +382,8 @@ def load_config(
 
 # Settings that are maps of free-form keys: everything after the map's name is one key ("spark.conf.a.b").
 _MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties"), ("mirror", "keys"),
-                 ("mirror", "partition_by"), ("kinesis", "options")}
+                 ("mirror", "partition_by"), ("kinesis", "options"), ("dms_files", "options"),
+                 ("dms_files", "csv_schemas")}
 
 
 def _assign(data: dict[str, Any], keys: list[str], value: str, source: str) -> None:

@@ -63,7 +63,7 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
 
     _export_aws_credentials(cfg)
     if (cfg.spark.master or "").startswith("local"):
-        # Python workers (the Python data sources) run in this environment; PySpark reads only the variable
+        # Python workers (Python data sources such as s3-sqs) need this interpreter's packages, not PATH's python3
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     cfg.home.mkdir(parents=True, exist_ok=True)  # the JDBC catalog's sqlite file lives here
     builder = SparkSession.builder

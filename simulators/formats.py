@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -220,4 +221,32 @@ def _dms_metadata(change: Change, separator: str) -> dict[str, Any]:
     }
 
 
-FORMATS: dict[str, type] = {f.name: f for f in (DebeziumEnvelope, DebeziumUnwrapped, DmsAvro, DmsJson)}
+@dataclass(frozen=True)
+class DmsRow:
+    """One row of a DMS S3 target file; the S3 transport writes them into CSV or Parquet files."""
+
+    op: str  # I, U, D (full-load rows too carry I: IncludeOpForFullLoad)
+    commit_us: int
+    image: dict[str, Any]
+    load: bool  # a full-load row (LOAD files), not a change (CDC files)
+
+
+class DmsFiles(DmsJson):
+    """AWS DMS's S3 target: rows with `Op` and the commit time, in files; keyed and unregistered as DMS JSON."""
+
+    def value(self, change: Change) -> DmsRow:  # type: ignore[override]
+        return DmsRow(DMS_FILE_OPS[change.op], change.commit_us, change.image, change.op == "r")
+
+
+class DmsCsv(DmsFiles):
+    name = "dms-csv"
+
+
+class DmsParquet(DmsFiles):
+    name = "dms-parquet"
+
+
+DMS_FILE_OPS = {"r": "I", "c": "I", "u": "U", "d": "D"}
+FORMATS: dict[str, type] = {f.name: f for f in (DebeziumEnvelope, DebeziumUnwrapped, DmsAvro, DmsJson, DmsCsv,
+                                                DmsParquet)}
+FILE_FORMATS = ("dms-csv", "dms-parquet")  # written as files to S3, not sent as messages

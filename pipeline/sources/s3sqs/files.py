@@ -1,0 +1,140 @@
+"""Reading announced objects on the executors: one S3 GET per file, parsed by pyarrow, conformed to the query's
+schema (columns by name; a missing column is null), partition values from `key=value` folders under basePath,
+and optionally the file's path, row number and event time. An object deleted before it is read is skipped with a
+warning: there is nothing left to read, and failing the query would not bring it back.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+from typing import TYPE_CHECKING, Any, Iterator
+
+import structlog
+from pyspark.sql.datasource import InputPartition
+
+from pipeline.sources.s3sqs.events import S3File
+from pipeline.sources.s3sqs.options import S3SqsOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+log = structlog.get_logger(__name__)
+METADATA_COLUMNS = {"_file_path": "string", "_file_row": "bigint", "_file_event_time": "timestamp"}
+VALUE_COLUMN = "value"
+
+
+class FileSlice(InputPartition):
+    """The files one task reads, in batch order."""
+
+    def __init__(self, files: list[S3File]) -> None:
+        super().__init__(files)
+        self.files = files
+
+
+def pack(files: list[S3File], max_bytes: int = 128 << 20, open_cost: int = 4 << 20) -> list[FileSlice]:
+    """Files into tasks as Spark packs a file source's splits: each file costs its size plus an opening cost,
+    a task takes up to `max_bytes` (Spark's maxPartitionBytes and openCostInBytes defaults), in batch order."""
+    slices: list[list[S3File]] = []
+    load = max_bytes
+    for item in files:
+        cost = item.size + open_cost
+        if load + cost > max_bytes and (not slices or slices[-1]):
+            slices.append([])
+            load = 0
+        slices[-1].append(item)
+        load += cost
+    return [FileSlice(chunk) for chunk in slices]
+
+
+def read_files(options: S3SqsOptions, schema: StructType, files: list[S3File]) -> Iterator[pa.RecordBatch]:
+    import boto3
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    client = boto3.client("s3", **options.boto3_kwargs())
+    target = to_arrow_schema(schema)
+    for item in files:
+        bucket, key = item.path[len("s3://"):].split("/", 1)
+        try:
+            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except client.exceptions.NoSuchKey:
+            log.warning("s3sqs.file_gone", path=item.path, reason="deleted before it was read")
+            continue
+        table = _parse(options, body, target)
+        if table.num_rows:
+            yield _conform(options, table, target, item)
+
+
+def _parse(options: S3SqsOptions, body: bytes, target: pa.Schema) -> pa.Table:
+    import pyarrow as pa
+
+    data_fields = [f for f in target if f.name not in METADATA_COLUMNS and f.name not in options.partition_columns]
+    as_json = options.row_format == "json"
+    if options.file_format == "csv":
+        from pyarrow import csv
+
+        names = [f.name for f in data_fields]
+        types = {f.name: f.type for f in data_fields}
+        if as_json:  # CSV has no types: keep the text rather than guess ("1995" may be a title)
+            types = {name: pa.string() for name in _header(body, options.delimiter)}
+        read = csv.ReadOptions(column_names=None if options.header else names)
+        convert = csv.ConvertOptions(strings_can_be_null=True, quoted_strings_can_be_null=False, column_types=types,
+                                     include_columns=None if as_json else names, include_missing_columns=True)
+        return csv.read_csv(io.BytesIO(body), read_options=read, convert_options=convert,
+                            parse_options=csv.ParseOptions(delimiter=options.delimiter))
+    if options.file_format == "json":
+        from pyarrow import json as pjson
+
+        parse = None if as_json else pjson.ParseOptions(explicit_schema=pa.schema(data_fields),
+                                                        unexpected_field_behavior="ignore")
+        return pjson.read_json(io.BytesIO(body), parse_options=parse)
+    if options.file_format == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(io.BytesIO(body))
+    import fastavro
+
+    return pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(body))))
+
+
+def _header(body: bytes, delimiter: str) -> list[str]:
+    import csv
+
+    first = body.split(b"\n", 1)[0].decode("utf-8-sig").rstrip("\r")
+    return next(csv.reader([first], delimiter=delimiter), [])
+
+
+def _conform(options: S3SqsOptions, table: pa.Table, target: pa.Schema, item: S3File) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    partitions = _partition_values(options, item.path)
+    rows = table.num_rows
+    columns: list[Any] = []
+    for f in target:
+        if f.name == VALUE_COLUMN and options.row_format == "json":
+            columns.append(pa.array([json.dumps(row, default=str) for row in table.to_pylist()], pa.string()))
+        elif f.name == "_file_path":
+            columns.append(pa.array([item.path] * rows, f.type))
+        elif f.name == "_file_row":
+            columns.append(pa.array(range(rows), f.type))
+        elif f.name == "_file_event_time":
+            columns.append(pa.array([item.event_time_ms * 1000] * rows, pa.int64()).cast(f.type))
+        elif f.name in partitions:
+            columns.append(pa.array([partitions[f.name]] * rows, pa.string()).cast(f.type))
+        elif f.name in table.column_names:
+            columns.append(table.column(f.name).cast(f.type, safe=False).combine_chunks())
+        else:
+            columns.append(pa.nulls(rows, f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=target)
+
+
+def _partition_values(options: S3SqsOptions, path: str) -> dict[str, str]:
+    """`part=A` folders between basePath and the file name, for the partition columns."""
+    if not options.partition_columns:
+        return {}
+    base = options.base_path.rstrip("/") + "/"  # type: ignore[union-attr]
+    relative = path[len(base):] if path.startswith(base) else path
+    found = dict(part.split("=", 1) for part in posixpath.dirname(relative).split("/") if "=" in part)
+    return {name: found[name] for name in options.partition_columns if name in found}
