@@ -40,6 +40,7 @@ unit: $(PIP_STAMP)
 bench: setup
 	$(PY) bench/stack.py
 	$(PY) bench/s3_sqs.py
+	$(PY) bench/kinesis.py
 	$(PY) bench/mirror.py
 	$(PY) bench/query.py
 	$(PY) -m pipeline stack up
