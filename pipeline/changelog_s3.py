@@ -139,27 +139,12 @@ class S3SqsChangelogStage(ChangelogStage):
                                    self.cfg.dms_files.queue, _parse_datatype_string(ddl) if ddl else None)
         seen = Observation(f"invalid {db}.{table} {batch_id}")
         valid = decoded.observe(seen, F.count_if(~F.col(VALID)).alias("n")).where(VALID)
-        changes = self._in_table_order(normalize(valid, f"dms-{self.cfg.dms_files.file_format}", db), f"{db}_{table}")
+        changes = normalize(valid, f"dms-{self.cfg.dms_files.file_format}", db)
         done = self._append(changes, f"{db}_{table}", batch_id, report)
         if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
             return [self._dead(decoded.where(~F.col(VALID)), "MalformedDmsRow",
                                f"not a DMS row: needs Op I/U/D and a {self.cfg.dms_files.timestamp_column} time")]
         return []
-
-    def _in_table_order(self, changes: DataFrame, name: str) -> DataFrame:
-        """Columns in the Iceberg table's order, new ones last: a row type merged from JSON sorts its fields by
-        name, and Iceberg matches a write's columns by position. (Delta matches them by name.) The ingestion
-        columns `_append` fills keep their places in that order."""
-        from pyspark.sql import functions as F
-
-        table = f"{self.namespace}.{name}"
-        if self.cfg.lake.format != "iceberg" or not self.spark.catalog.tableExists(table):
-            return changes
-        existing = self.spark.table(table).columns
-        new = [c for c in changes.columns if c not in existing]
-        changes = changes.withColumns({"_ingested_at": F.lit(None).cast("timestamp"),
-                                       "_batch_id": F.lit(None).cast("long")})
-        return changes.select(*[c for c in existing if c in changes.columns], *new)
 
     @staticmethod
     def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:  # type: ignore[override]

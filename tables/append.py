@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 COMMIT_PROPERTY = "pipeline.commit"
 
@@ -53,6 +54,8 @@ class IcebergAppender:
             create.create()
         elif self._committed(table, tag):
             return Appended(table, 0, skipped=True)
+        else:
+            rows = _in_table_order(rows, self.spark.table(table).schema)
         written = Observation(f"rows {table} {tag}")
         (rows.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
          .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true")
@@ -63,6 +66,18 @@ class IcebergAppender:
         """Whether a snapshot of the table carries the commit tag `tag`."""
         return bool(self.spark.sql(f"SELECT 1 FROM {table}.snapshots "
                                    f"WHERE summary['{COMMIT_PROPERTY}'] = '{tag}' LIMIT 1").collect())
+
+
+def _in_table_order(rows: DataFrame, table: StructType) -> DataFrame:
+    """Iceberg matches a write's columns by position: the table's columns in its order (null where the rows
+    lack one, e.g. a transport column only another source fills), then the rows' new columns, which the
+    write adds. (Delta matches columns by name.)"""
+    from pyspark.sql import functions as F
+
+    present, known = set(rows.columns), set(table.fieldNames())
+    return rows.select(*[F.col(f.name) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
+                         for f in table.fields],
+                       *[c for c in rows.columns if c not in known])
 
 
 @dataclass(frozen=True)
