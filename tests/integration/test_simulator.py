@@ -17,7 +17,7 @@ from pipeline import kafka
 from pipeline.config import PipelineConfig
 from registry.ccompat import ConfluentCompatClient
 from registry.serde import AvroSerde
-from simulators.formats import FORMATS
+from simulators.formats import FILE_FORMATS, FORMATS
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.tables import TABLE_SETS
 from simulators.transport import KafkaTransport
@@ -58,7 +58,7 @@ def _identity(fmt: str, topic: str, record: dict) -> tuple:
     return table.qualified, record["data"][table.key], meta[f"transaction{sep}id"], meta[f"transaction{sep}record{sep}id"]
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f not in FILE_FORMATS])  # files: test_s3_sqs_changelog
 def test_every_format_round_trips_with_faults(fmt: str, stack, cfg: PipelineConfig, tmp_path: Path) -> None:
     summary, truth = _simulate(cfg, tmp_path, format=fmt, events=900, snapshot_rows=30, duplicates=0.03,
                                reorder=0.03, poison=0.03, evolve_at=450, seed=21)
