@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# VACUUM lists the table's folders in this many tasks; Spark's default (10000) is sized for huge partition
+# trees and costs thousands of empty tasks per table on a small cluster.
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
 @dataclass(frozen=True)
@@ -77,11 +80,19 @@ def _delta(table: DeltaLakeTable, retain_hours: float) -> tuple[int, int, int, i
     spark: SparkSession = table.spark
     delta = DeltaTable.forPath(spark, table.ref)
     metrics = delta.optimize().executeCompaction().first()["metrics"]  # type: ignore[index]
-    spark.conf.set(DELTA_RETENTION_CHECK, "false")  # a window shorter than Delta's 7-day default is deliberate
+    settings = {DELTA_RETENTION_CHECK: "false",  # a window shorter than Delta's 7-day default is deliberate
+                LISTING_PARALLELISM: str(spark.sparkContext.defaultParallelism)}
+    previous = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         delta.vacuum(retain_hours)
     finally:
-        spark.conf.unset(DELTA_RETENTION_CHECK)
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), 0, None
 
 
