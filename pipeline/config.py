@@ -148,6 +148,9 @@ class SparkSettings(_Section):
     connector_jars: Literal["local", "submit"] = Field(
         "local", description="local: load the jars `pipeline setup` resolved; submit: spark-submit provides them"
     )
+    s3_scheme: Literal["s3a", "cluster"] = Field(
+        "s3a", description="s3a: s3:// paths go through Hadoop's S3A, like s3a://; cluster: leave s3:// to the "
+        "cluster's own file system (EMRFS on EMR)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
 
     @field_validator("master")
