@@ -16,8 +16,8 @@ a summary line. Usage: bench/s3_sqs.py [--sizes 1000,10000,100000]
 Reading the figures: moto answers a listing page in about half a second whatever the bucket's size, several
 times slower than S3, so listing here costs more than on S3 (the bench prints one boto3 listing per size for
 scale). Each query's first batch with rows starts Spark's Python workers afresh (Spark keeps idle ones for a
-minute, and filling the bucket takes longer), so the s3-sqs figure includes that start, as a query that had
-been idle for a minute would; a busy query reads warm.
+minute, and filling the bucket takes longer), so the first figure includes that start, as a query that had
+been idle for a minute would; a second round of 100 files right after is measured too (warm: a busy query).
 """
 
 from __future__ import annotations
@@ -82,9 +82,10 @@ def put_many(s3: Any, bucket: str, keys: list[str], label: str) -> None:
                 print(f"  {label}: {done:,} objects in {seconds:.0f} s ({done / seconds:,.0f}/s)", flush=True)
 
 
-def timed_arrival(label: str, start: Callable[[RowCounter], Any], write: Callable[[], None]) -> float:
+def timed_arrival(label: str, start: Callable[[RowCounter], Any], write: Callable[[str], None]) -> tuple[float, float]:
     """Start a query alone and let it finish its first trigger (reading nothing yet); then the seconds from the
-    first new file written until it has read the rows of all of them."""
+    first new file written until it has read the rows of all of them: once (the query's first batch with rows),
+    and once more right after (a busy query: Spark's Python workers and connections warm)."""
     counter = RowCounter()
     query = start(counter)
     try:
@@ -93,16 +94,20 @@ def timed_arrival(label: str, start: Callable[[RowCounter], Any], write: Callabl
             if time.monotonic() > deadline or query.exception():
                 raise TimeoutError(f"the query did not start: {query.exception()}")
             time.sleep(0.2)
-        started = time.perf_counter()
-        write()
-        counter.wait_for(NEW_FILES)
-        seconds = time.perf_counter() - started
-        time.sleep(0.5)  # let the last batch's progress be reported
-        batches = [p["durationMs"] for p in query.recentProgress if p["numInputRows"]]
-        spent = {phase: sum(b.get(phase, 0) for b in batches) / 1000 for phase in ("latestOffset", "addBatch")}
-        print(f"  {label}: {len(batches)} batch(es) with rows; finding files (latestOffset) {spent['latestOffset']:.1f} s,"
-              f" reading them (addBatch) {spent['addBatch']:.1f} s", flush=True)
-        return seconds
+        figures = []
+        for round_ in ("a", "b"):
+            seen, batches_before = counter.rows, len(query.recentProgress)
+            started = time.perf_counter()
+            write(round_)
+            counter.wait_for(seen + NEW_FILES)
+            figures.append(time.perf_counter() - started)
+            time.sleep(0.5)  # let the last batch's progress be reported
+            batches = [p["durationMs"] for p in query.recentProgress[batches_before:] if p["numInputRows"]]
+            spent = {phase: sum(b.get(phase, 0) for b in batches) / 1000 for phase in ("latestOffset", "addBatch")}
+            print(f"  {label} ({'first batch' if round_ == 'a' else 'warm'}): {figures[-1]:.1f} s; {len(batches)} "
+                  f"batch(es) with rows, finding files (latestOffset) {spent['latestOffset']:.1f} s, reading them "
+                  f"(addBatch) {spent['addBatch']:.1f} s", flush=True)
+        return figures[0], figures[1]
     finally:
         query.stop()
 
@@ -111,7 +116,7 @@ def load() -> str:
     return "load " + "/".join(f"{n:.1f}" for n in os.getloadavg())
 
 
-def measure(cfg: PipelineConfig, spark: Any, size: int, work: Path) -> tuple[float, float]:
+def measure(cfg: PipelineConfig, spark: Any, size: int, work: Path) -> tuple[tuple[float, float], tuple[float, float]]:
     s3 = boto3.client("s3", config=Config(max_pool_connections=PUT_THREADS), **cfg.aws.boto3_kwargs())
     bucket = f"bench-{size}"
     s3.create_bucket(Bucket=bucket)
@@ -139,10 +144,10 @@ def measure(cfg: PipelineConfig, spark: Any, size: int, work: Path) -> tuple[flo
                 .writeStream.foreachBatch(counter.add).option("checkpointLocation", str(work / f"ls-{size}"))
                 .trigger(processingTime="0 seconds").start())
 
-    sqs = timed_arrival("s3-sqs", sqs_query, lambda: put_many(
-        s3, bucket, [f"data/sqs-new-{n:03d}.json" for n in range(NEW_FILES)], "new"))
-    listing = timed_arrival("listing", listing_query, lambda: put_many(
-        s3, bucket, [f"data/ls-new-{n:03d}.json" for n in range(NEW_FILES)], "new"))
+    sqs = timed_arrival("s3-sqs", sqs_query, lambda round_: put_many(
+        s3, bucket, [f"data/sqs-new-{round_}{n:03d}.json" for n in range(NEW_FILES)], "new"))
+    listing = timed_arrival("listing", listing_query, lambda round_: put_many(
+        s3, bucket, [f"data/ls-new-{round_}{n:03d}.json" for n in range(NEW_FILES)], "new"))
     return sqs, listing
 
 
@@ -155,20 +160,22 @@ def main() -> None:
     cfg = load_config(overrides=[f"home={work / 'home'}", *SETTINGS, "spark.master=local[2]"], environ={})
     stack = Stack(cfg, ["moto"])
     stack.up()
-    results: dict[int, tuple[float, float]] = {}
+    results: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {}
     try:
         spark = get_spark(cfg)
         register(spark)
         for size in sizes:
-            sqs, listing = results[size] = measure(cfg, spark, size, work)
-            print(f"{size:>8,} files: s3-sqs {sqs:6.1f} s, listing {listing:6.1f} s ({listing / sqs:5.1f}x), {load()}",
+            (sqs, sqs_warm), (listing, listing_warm) = results[size] = measure(cfg, spark, size, work)
+            print(f"{size:>8,} files: s3-sqs {sqs:6.1f} s, listing {listing:6.1f} s ({listing / sqs:5.1f}x); warm: "
+                  f"s3-sqs {sqs_warm:6.1f} s, listing {listing_warm:6.1f} s ({listing_warm / sqs_warm:5.1f}x); {load()}",
                   flush=True)
     finally:
         stack.down()
         shutil.rmtree(work, ignore_errors=True)
     largest = max(results)
-    sqs, listing = results[largest]
-    print(f"s3-sqs: {sqs:.1f} s at {largest:,} files, {listing / sqs:.0f}x faster than listing ({load()})")
+    (sqs, sqs_warm), (listing, listing_warm) = results[largest]
+    print(f"s3-sqs: {sqs:.1f} s at {largest:,} files, {listing / sqs:.0f}x faster than listing "
+          f"(warm: {sqs_warm:.1f} s, {listing_warm / sqs_warm:.0f}x; {load()})")
 
 
 if __name__ == "__main__":
