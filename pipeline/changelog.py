@@ -414,7 +414,7 @@ class ChangelogStage:
             report.skipped.append(done.table)
         elif done.rows:
             report.tables[done.table] = done.rows
-        if self.glue is not None and not done.skipped:
+        if self.glue is not None:  # a replayed batch too: a crash between the commit and Glue is repaired
             self.glue.sync(self.cfg.changelog.namespace, name)
         return done
 
