@@ -5,7 +5,8 @@ Athena reads tables through the Glue Data Catalog, one Glue database per namespa
   From another catalog they are named with the Spark call that registers them in Glue (Athena has no DDL
   that adopts an existing Iceberg table).
 - Delta tables are registered the way Athena reads Delta natively: an external table at the table's folder
-  with `table_type = 'DELTA'`; Athena takes the columns from the Delta log.
+  with `table_type = 'DELTA'`; Athena takes the columns from the Delta log. With `lake.delta_glue` the
+  stages have registered them already (`tables/glue_delta.py`).
 - The views of `tables/views.py`, transpiled into Athena's dialect.
 - Time travel examples on Iceberg tables, pinned to the current snapshot (Athena has no Delta time travel).
 """
@@ -48,6 +49,8 @@ def athena_statements(cfg: PipelineConfig, spark: SparkSession) -> list[Statemen
 
 
 def _registration(cfg: PipelineConfig, spark: SparkSession, namespace: str, name: str) -> Statement:
+    if cfg.lake.format == "delta" and cfg.lake.delta_glue:
+        return Statement(f"Delta table {namespace}.{name}: in Glue already (table_type=DELTA, lake.delta_glue)", None)
     if cfg.lake.format == "delta":
         location = f"{cfg.lake.delta_root}/{namespace}/{name}".replace("s3a://", "s3://", 1)
         return Statement(f"Delta table {namespace}.{name}: Athena reads its columns from the Delta log",

@@ -37,6 +37,7 @@ from pipeline.sources.kinesis.client import KinesisUnavailable
 from registry.backend import RegistryError
 from registry.resolver import resolver_from_settings
 from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
+from tables.glue_delta import DeltaGlue
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -107,6 +108,7 @@ class ChangelogStage:
         self.target = f"delta tables under {delta_root}" if cfg.lake.format == "delta" else f"iceberg {self.namespace}"
         self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
                                    else IcebergAppender(spark, self.namespace))
+        self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
         self._until_caught_up = False
@@ -412,6 +414,8 @@ class ChangelogStage:
             report.skipped.append(done.table)
         elif done.rows:
             report.tables[done.table] = done.rows
+        if self.glue is not None:  # a replayed batch too: a crash between the commit and Glue is repaired
+            self.glue.sync(self.cfg.changelog.namespace, name)
         return done
 
 

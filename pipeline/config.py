@@ -148,6 +148,9 @@ class SparkSettings(_Section):
     connector_jars: Literal["local", "submit"] = Field(
         "local", description="local: load the jars `pipeline setup` resolved; submit: spark-submit provides them"
     )
+    s3_scheme: Literal["s3a", "cluster"] = Field(
+        "s3a", description="s3a: s3:// paths go through Hadoop's S3A, like s3a://; cluster: leave s3:// to the "
+        "cluster's own file system (EMRFS on EMR)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
 
     @field_validator("master")
@@ -243,6 +246,15 @@ class DmsFileSettings(_Section):
 class LakeSettings(_Section):
     format: Literal["iceberg", "delta"] = Field("iceberg", description="the table format the stages write")
     delta_root: str | None = Field(None, description="defaults to <home>/delta")
+    delta_glue: bool = Field(False, description="register the Delta tables in Glue (table_type=DELTA) as the "
+                             "stages create and evolve them, for Athena; needs an s3:// delta_root")
+
+    @model_validator(mode="after")
+    def _glue_needs_s3(self) -> LakeSettings:
+        if self.delta_glue and self.format == "delta" and not (self.delta_root or "").startswith(("s3://", "s3a://")):
+            raise ValueError("lake.delta_glue needs an s3:// lake.delta_root (Athena reads tables from S3), "
+                             f"not {self.delta_root!r}")
+        return self
 
 
 class MirrorSettings(_Section):

@@ -92,13 +92,20 @@ def spark_jars(jars_dir: Path) -> list[Path]:
     return sorted(SPARK.folder(jars_dir).glob("*.jar"))
 
 
+# S3A belongs to the cluster's Hadoop: hadoop-aws must match its Hadoop version exactly, and EMR brings its own
+# (with EMRFS for s3://). So spark-submit does not get the local S3A pieces as packages.
+CLUSTER_PROVIDED_GROUPS = ("org.apache.hadoop", "software.amazon.awssdk")
+
+
 def spark_packages() -> list[str]:
-    """The Spark bundle's direct coordinates, as `spark-submit --packages` takes them."""
+    """The Spark bundle's direct coordinates, as `spark-submit --packages` takes them (S3A aside)."""
     root = ET.parse(SPARK.pom).getroot()
     props = {el.tag.split("}")[1]: (el.text or "") for el in root.find("m:properties", _NS) or []}
     coordinates = []
     for dep in root.iterfind("m:dependencies/m:dependency", _NS):
         group, artifact, version = (dep.findtext(f"m:{tag}", "", _NS) for tag in ("groupId", "artifactId", "version"))
+        if group in CLUSTER_PROVIDED_GROUPS:
+            continue
         for key, value in props.items():
             version = version.replace("${" + key + "}", value)
         coordinates.append(f"{group}:{artifact}:{version}")

@@ -19,6 +19,7 @@ import structlog
 from cdc.merge import latest_per_key, merge_clauses
 from pipeline.config import PipelineConfig
 from tables.catalog import keeps_views
+from tables.glue_delta import DeltaGlue
 from tables.lake import LakeTable, lake_table, table_names
 from tables.views import replace_views, table_views
 
@@ -84,9 +85,12 @@ class MirrorStage:
         names = self.tables(requested)
         limit = self.common_position(names) if self.settings.consistent else None
         reports = []
+        glue = DeltaGlue.enabled(self.cfg, self.spark)
         for name in names:
             reports.append(self._merge_with_retries(name, limit))
             log.info("mirror.table", summary=reports[-1].line())
+            if glue is not None and lake_table(self.cfg, self.spark, self.settings.namespace, name).exists():
+                glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
         return reports
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),

@@ -53,8 +53,40 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     if cfg.spark.connector_jars == "local":
         conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
     conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
+    conf.update(s3a_conf(cfg))
     conf.update(cfg.spark.conf)
     return conf
+
+
+S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+
+
+def s3a_conf(cfg: PipelineConfig) -> dict[str, str]:
+    """Hadoop's S3A file system (`s3a://`, and `s3://` unless the cluster keeps its own) from `aws`.
+
+    Never a secret: PySpark hands its settings to spark-submit on the command line, where any user of the
+    machine can read them. Configured keys reach the JVM through its environment (`_export_aws_credentials`),
+    read by the SDK's environment provider; without keys the SDK's default chain applies (environment, web
+    identity, profile, container and instance roles).
+    """
+    aws = cfg.aws
+    hadoop = {
+        "fs.s3a.endpoint.region": aws.region,
+        "fs.s3a.aws.credentials.provider": (
+            ENV_CREDENTIALS if aws.access_key_id and aws.secret_access_key else DEFAULT_CREDENTIALS),
+    }
+    if aws.endpoint_url:  # moto, MinIO, a VPC endpoint: path-style requests to that address
+        hadoop["fs.s3a.endpoint"] = aws.endpoint_url
+        hadoop["fs.s3a.path.style.access"] = "true"
+        hadoop["fs.s3a.connection.ssl.enabled"] = str(aws.endpoint_url.startswith("https:")).lower()
+    if cfg.spark.s3_scheme == "s3a":
+        # No s3:// file system outside EMR: EMR maps it to EMRFS, plain Hadoop has none. Mapping it to S3A lets
+        # tables keep the s3:// locations Glue and Athena use. On EMR set spark.s3_scheme = "cluster".
+        hadoop["fs.s3.impl"] = S3A
+        hadoop["fs.AbstractFileSystem.s3.impl"] = "org.apache.hadoop.fs.s3a.S3A"
+    return {f"spark.hadoop.{key}": value for key, value in hadoop.items()}
 
 
 def get_spark(cfg: PipelineConfig) -> SparkSession:

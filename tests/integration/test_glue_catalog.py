@@ -14,6 +14,8 @@ import pytest
 from pipeline.config import PipelineConfig
 from pipeline.mirror import MirrorStage
 from tables.catalog import load_pyiceberg_catalog
+from tables.glue_delta import DeltaGlue
+from tables.lake import lake_table
 from tests.conftest import GLUE_BUCKET, GLUE_CATALOG, with_catalog
 from tests.integration.test_mirror import _assert_equal_to_truth, _landed_source
 from tests.integration.test_sql_access import assert_athena_ddl_parses
@@ -91,3 +93,44 @@ def test_concurrent_commits_through_glue_all_land(glue_cfg: PipelineConfig, spar
     entry = boto3.client("glue", **glue_cfg.aws.boto3_kwargs()).get_table(DatabaseName="concurrency",
                                                                             Name=ref.rsplit(".", 1)[1])["Table"]
     assert entry["Parameters"]["metadata_location"] == _current_metadata(spark, ref)
+
+
+def test_delta_tables_on_s3_are_registered_in_glue_as_athena_reads_them(glue_cfg: PipelineConfig, spark,
+                                                                        tmp_path: Path) -> None:
+    """`lake.format = delta` on s3:// (S3A) with `lake.delta_glue`: the stages register each Delta table in
+    Glue as Athena's native Delta support expects, and the entry leads back to the same rows."""
+    run = uuid.uuid4().hex[:6]
+    cfg = glue_cfg.model_copy(update={
+        # Namespaces of its own: the Iceberg tests keep `changelog.dead_letters` in the same Glue catalog.
+        "lake": glue_cfg.lake.model_copy(update={"delta_root": f"s3://{GLUE_BUCKET}/delta-{run}", "delta_glue": True}),
+        "changelog": glue_cfg.changelog.model_copy(update={"namespace": f"changelog_{run}"}),
+        "mirror": glue_cfg.mirror.model_copy(update={"namespace": f"mirror_{run}"}),
+    })
+    cfg, source, truth = _landed_source(cfg, spark, tmp_path, "gd", lake_format="delta")
+    MirrorStage(cfg, spark).run_once()
+    _assert_equal_to_truth(cfg, spark, truth, source.tables())
+
+    glue = boto3.client("glue", **cfg.aws.boto3_kwargs())
+    changelog_tables = source.tables() + [cfg.changelog.dead_letter_table]
+    for namespace, tables in ((cfg.changelog.namespace, changelog_tables), (cfg.mirror.namespace, source.tables())):
+        assert sorted(t["Name"] for t in glue.get_tables(DatabaseName=namespace)["TableList"]) == sorted(tables)
+        for table in tables:
+            entry = glue.get_table(DatabaseName=namespace, Name=table)["Table"]
+            location = entry["StorageDescriptor"]["Location"]
+            assert entry["TableType"] == "EXTERNAL_TABLE"
+            assert entry["Parameters"]["table_type"] == "DELTA"
+            assert location == f"s3://{GLUE_BUCKET}/delta-{run}/{namespace}/{table}"
+            # Athena reads the table at that location; Spark does the same, through S3A.
+            at_location = spark.read.format("delta").load(location)
+            assert [c["Name"] for c in entry["StorageDescriptor"]["Columns"]] == at_location.columns
+            assert at_location.count() == lake_table(cfg, spark, namespace, table).read().count() > 0
+    # A column the table gains reaches Glue at the next sync; a sync with nothing new changes nothing.
+    table, namespace = f"{source.prefix}_artists", cfg.mirror.namespace
+    path = f"{cfg.lake.delta_root}/{namespace}/{table}"
+    registrar = DeltaGlue(cfg, spark)
+    assert not registrar.sync(namespace, table)
+    spark.read.format("delta").load(path).limit(1).selectExpr("*", "'x' AS added_later").write.format("delta") \
+        .mode("append").option("mergeSchema", "true").save(path)
+    assert registrar.sync(namespace, table)
+    columns = glue.get_table(DatabaseName=namespace, Name=table)["Table"]["StorageDescriptor"]["Columns"]
+    assert columns[-1] == {"Name": "added_later", "Type": "string"}

@@ -93,3 +93,11 @@ def test_changelog_settings(tmp_path: Path) -> None:
     assert remote.changelog.checkpoint == "s3://bucket/checkpoints/changelog"  # a URI, not a local path
     with pytest.raises(ConfigError, match="changelog.topics or changelog.topic_pattern, not both"):
         load_config(overrides=["changelog.topics=a", "changelog.topic_pattern=b.*"], environ={})
+
+
+def test_delta_glue_needs_an_s3_delta_root(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="lake.delta_glue needs an s3:// lake.delta_root"):
+        load_config(overrides=[f"home={tmp_path}", "lake.format=delta", "lake.delta_glue=true"], environ={})
+    cfg = load_config(overrides=[f"home={tmp_path}", "lake.format=delta", "lake.delta_glue=true",
+                                 "lake.delta_root=s3://lake/delta"], environ={})
+    assert cfg.lake.delta_glue and cfg.lake.delta_root == "s3://lake/delta"

@@ -32,7 +32,7 @@ def test_readme_documents_every_setting() -> None:
 def test_readme_names_only_real_settings() -> None:
     readme = (REPO / "README.md").read_text()
     reference = readme.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `([a-z_.]+)` \|", reference, re.MULTILINE)
+    documented = re.findall(r"^\| `([a-z0-9_.]+)` \|", reference, re.MULTILINE)
     assert documented and set(documented) == set(_settings(PipelineConfig))
 
 

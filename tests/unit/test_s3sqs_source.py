@@ -127,3 +127,30 @@ def test_files_are_packed_into_tasks_like_a_file_sources_splits() -> None:
     assert [len(s.files) for s in pack(small)] == [31, 31, 31, 7]  # 4 MB opening cost each, 128 MB a task
     assert [f for s in pack(small) for f in s.files] == small
     assert [len(s.files) for s in pack([S3File("s3://b/big", 300 << 20, 0)] * 2)] == [1, 1]
+
+
+class FakeSqs:
+    """receive_message answers from a script of batches; records each call's wait."""
+
+    def __init__(self, batches: list[int]) -> None:
+        self.batches, self.waits, self.sent = list(batches), [], 0
+
+    def receive_message(self, MaxNumberOfMessages: int, WaitTimeSeconds: int, **_: object) -> dict:
+        self.waits.append(WaitTimeSeconds)
+        count = min(MaxNumberOfMessages, self.batches.pop(0)) if self.batches else 0
+        messages = [{"MessageId": str(self.sent + n), "ReceiptHandle": "r", "Body": "{}"} for n in range(count)]
+        self.sent += count
+        return {"Messages": messages}
+
+
+def test_receive_long_polls_once_then_drains_without_waiting() -> None:
+    from pipeline.sources.s3sqs.queue import SqsQueue
+
+    queue = SqsQueue(parse_options({**REQUIRED, "sqs.maxConcurrency": "1"}))
+    queue.client = FakeSqs([3, 10, 4, 0, 10])
+    got = queue.receive(100)
+    # The first call waits (long poll); the drain takes 10 + 4 without waiting and stops at the empty answer.
+    assert len(got) == 17 and queue.client.waits == [10, 0, 0, 0]
+    queue.client = FakeSqs([])
+    assert queue.receive(100) == [] and queue.client.waits == [10]  # an idle trigger: one long poll
+    queue.close()

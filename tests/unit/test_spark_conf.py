@@ -98,3 +98,32 @@ def test_hive_catalog_is_the_embedded_metastore_by_default(tmp_path: Path) -> No
     assert conf["spark.sql.catalog.lake.uri"] == props["uri"] == "thrift://127.0.0.1:9999"
     assert conf["spark.sql.catalog.lake.hadoop.iceberg.engine.hive.lock-enabled"] == "false"
     assert props["warehouse"] == (tmp_path / "warehouse").as_uri()
+
+
+def test_s3a_points_at_the_endpoint_without_secrets(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "aws.endpoint_url=http://127.0.0.1:5000", "aws.access_key_id=AKIDSECRET",
+               "aws.secret_access_key=verysecret")
+    conf = spark_conf(cfg)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:5000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"
+    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith("EnvironmentVariableCredentialsProvider")
+    assert conf["spark.hadoop.fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"
+    # PySpark passes its settings on spark-submit's command line: keys never go there.
+    assert not any("SECRET" in value.upper() for value in conf.values())
+
+
+def test_s3a_on_real_aws_uses_the_default_chain(tmp_path: Path) -> None:
+    conf = spark_conf(_cfg(tmp_path, "aws.endpoint_url=", "aws.region=eu-west-1", "spark.s3_scheme=cluster"))
+    assert not any(key.startswith("spark.hadoop.fs.s3a.endpoint") and key != "spark.hadoop.fs.s3a.endpoint.region"
+                   for key in conf)
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-1"
+    assert conf["spark.hadoop.fs.s3a.aws.credentials.provider"].endswith(".DefaultCredentialsProvider")
+    assert "spark.hadoop.fs.s3.impl" not in conf  # EMR keeps EMRFS for s3://
+
+
+def test_s3a_is_not_a_package_for_spark_submit() -> None:
+    packages = jvm.spark_packages()
+    assert not any(p.startswith(("org.apache.hadoop:", "software.amazon.awssdk:")) for p in packages)
+    assert "org.apache.iceberg:iceberg-aws-bundle:1.12.0" in packages

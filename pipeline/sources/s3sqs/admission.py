@@ -12,11 +12,13 @@ import fnmatch
 import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from pipeline.sources.s3sqs.events import S3File, parse_message
 from pipeline.sources.s3sqs.options import S3SqsOptions
-from pipeline.sources.s3sqs.queue import Message
+
+if TYPE_CHECKING:
+    from pipeline.sources.s3sqs.queue import Message  # boto3: the driver's, not needed where files are read
 
 
 @dataclass

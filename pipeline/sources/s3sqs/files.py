@@ -9,6 +9,9 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import threading
+from collections import deque
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Iterator
 
 import structlog
@@ -49,22 +52,65 @@ def pack(files: list[S3File], max_bytes: int = 128 << 20, open_cost: int = 4 << 
     return [FileSlice(chunk) for chunk in slices]
 
 
+PREFETCH = 8  # GETs in flight per task: small files cost a round trip each, not their bytes
+
+
 def read_files(options: S3SqsOptions, schema: StructType, files: list[S3File]) -> Iterator[pa.RecordBatch]:
-    import boto3
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    client = boto3.client("s3", **options.boto3_kwargs())
+    client = _s3_client(options)
     target = to_arrow_schema(schema)
-    for item in files:
-        bucket, key = item.path[len("s3://"):].split("/", 1)
-        try:
-            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-        except client.exceptions.NoSuchKey:
+    for item, body in _fetch(client, files):
+        if body is None:
             log.warning("s3sqs.file_gone", path=item.path, reason="deleted before it was read")
             continue
         table = _parse(options, body, target)
         if table.num_rows:
             yield _conform(options, table, target, item)
+
+
+_CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _s3_client(options: S3SqsOptions) -> Any:
+    """One S3 client per Python worker and settings: building one loads botocore's service model (tenths of a
+    second), and Spark reuses its Python workers across tasks and batches."""
+    import boto3
+    from botocore.config import Config
+
+    kwargs = options.boto3_kwargs()
+    key = tuple(sorted(kwargs.items()))
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            _CLIENTS[key] = boto3.client("s3", config=Config(max_pool_connections=PREFETCH), **kwargs)
+        return _CLIENTS[key]
+
+
+def _fetch(client: Any, files: list[S3File]) -> Iterator[tuple[S3File, bytes | None]]:
+    """The files' bodies in order (None: deleted), with up to PREFETCH GETs in flight."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def get(item: S3File) -> bytes | None:
+        bucket, key = item.path[len("s3://"):].split("/", 1)
+        try:
+            return client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except client.exceptions.NoSuchKey:
+            return None
+
+    if len(files) <= 1:
+        yield from ((item, get(item)) for item in files)
+        return
+    with ThreadPoolExecutor(min(PREFETCH, len(files)), thread_name_prefix="s3-sqs-get") as pool:
+        window: deque[tuple[S3File, Future]] = deque()
+        for item in files:
+            window.append((item, pool.submit(get, item)))
+            if len(window) >= PREFETCH:
+                first, future = window.popleft()
+                yield first, future.result()
+        while window:
+            first, future = window.popleft()
+            yield first, future.result()
 
 
 def _parse(options: S3SqsOptions, body: bytes, target: pa.Schema) -> pa.Table:

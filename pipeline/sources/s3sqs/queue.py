@@ -43,7 +43,13 @@ class SqsQueue:
 
     def receive(self, wanted: int | None) -> list[Message]:
         """Messages until about `wanted` (None: no limit) have arrived, the queue answers empty, or
-        queueFetchWaitTimeoutSeconds passes. Each round runs as many parallel receives as the budget needs."""
+        queueFetchWaitTimeoutSeconds passes.
+
+        One long poll waits for the first messages: it returns as soon as there are any (parallel long polls
+        would hold the round until the slowest of them gave up, a whole wait when fewer messages than calls
+        arrive). Once messages come, parallel receives that do not wait take what else is there, round after
+        round, and the first empty round ends the poll: a trigger never waits for messages that are not there.
+        """
         deadline = time.monotonic() + self.options.queue_fetch_wait_timeout_s
         messages: dict[str, Message] = {}
         while wanted is None or len(messages) < wanted:
@@ -51,8 +57,10 @@ class SqsQueue:
             if left <= 0:
                 break
             needed = self.options.max_concurrency * SQS_MAX_BATCH if wanted is None else wanted - len(messages)
-            calls = min(self.options.max_concurrency, -(-needed // SQS_MAX_BATCH))
-            wait = int(min(self.options.long_polling_wait_s, max(0, left)))
+            if messages:  # draining: as many calls as the budget needs, none of them waiting
+                calls, wait = min(self.options.max_concurrency, -(-needed // SQS_MAX_BATCH)), 0
+            else:  # waiting for the first messages: one long poll
+                calls, wait = 1, int(min(self.options.long_polling_wait_s, max(0, left)))
             rounds = list(self._pool.map(lambda n: self._receive_once(n, wait),
                                          [min(SQS_MAX_BATCH, needed - i * SQS_MAX_BATCH) for i in range(calls)]))
             got = [m for batch in rounds for m in batch]
