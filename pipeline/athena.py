@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pipeline.config import PipelineConfig
+from tables.glue_delta import s3_location
 from tables.lake import table_names
 from tables.views import lake_views
 
@@ -52,7 +53,7 @@ def _registration(cfg: PipelineConfig, spark: SparkSession, namespace: str, name
     if cfg.lake.format == "delta" and cfg.lake.delta_glue:
         return Statement(f"Delta table {namespace}.{name}: in Glue already (table_type=DELTA, lake.delta_glue)", None)
     if cfg.lake.format == "delta":
-        location = f"{cfg.lake.delta_root}/{namespace}/{name}".replace("s3a://", "s3://", 1)
+        location = s3_location(f"{cfg.lake.delta_root}/{namespace}/{name}")
         return Statement(f"Delta table {namespace}.{name}: Athena reads its columns from the Delta log",
                          f"CREATE EXTERNAL TABLE `{namespace}`.`{name}` LOCATION '{location}' "
                          "TBLPROPERTIES ('table_type' = 'DELTA')")

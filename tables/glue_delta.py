@@ -71,8 +71,8 @@ class DeltaGlue:
 
     def sync(self, namespace: str, name: str) -> bool:
         """Register or update `namespace.name` in Glue; True when Glue changed."""
-        wanted = table_input(name, s3_location(f"{self.cfg.lake.delta_root}/{namespace}/{name}"),
-                             glue_columns(self.spark, f"{self.cfg.lake.delta_root}/{namespace}/{name}"))
+        path = f"{self.cfg.lake.delta_root}/{namespace}/{name}"
+        wanted = table_input(name, s3_location(path), glue_columns(self.spark, path))
         key = (namespace, name)
         if key not in self._known:
             self._known[key] = self._current(namespace, name)

@@ -146,7 +146,7 @@ class IcebergLakeTable:
         still reads an Iceberg table of the same catalog ("No plan for TableReference")."""
         view = f"changes_{self.name}"
         source.createOrReplaceTempView(view)
-        with _session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+        with session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
             self.spark.sql(merge_sql(self.ref, view, clauses))
         self.spark.catalog.dropTempView(view)
 
@@ -155,7 +155,7 @@ class IcebergLakeTable:
 
 
 @contextmanager
-def _session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """Session settings for the statements inside the block only.
 
     Commit metadata travels through session settings, so a stage gives each table its own session
@@ -239,7 +239,7 @@ class DeltaLakeTable:
                 builder = builder.whenMatchedUpdate(clause.condition, clause.assignments)
         for clause in clauses.not_matched:
             builder = builder.whenNotMatchedInsert(clause.condition, clause.assignments)
-        with _session_conf(self.spark, {DELTA_METADATA_CONF: json.dumps(metadata)}):
+        with session_conf(self.spark, {DELTA_METADATA_CONF: json.dumps(metadata)}):
             builder.execute()
 
     def _change_feed(self) -> bool:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 from pipeline.config import MaintenanceSettings
-from tables.lake import DeltaLakeTable, IcebergLakeTable, LakeTable
+from tables.lake import DeltaLakeTable, IcebergLakeTable, LakeTable, session_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,19 +80,9 @@ def _delta(table: DeltaLakeTable, retain_hours: float) -> tuple[int, int, int, i
     spark: SparkSession = table.spark
     delta = DeltaTable.forPath(spark, table.ref)
     metrics = delta.optimize().executeCompaction().first()["metrics"]  # type: ignore[index]
-    settings = {DELTA_RETENTION_CHECK: "false",  # a window shorter than Delta's 7-day default is deliberate
-                LISTING_PARALLELISM: str(spark.sparkContext.defaultParallelism)}
-    previous = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, {DELTA_RETENTION_CHECK: "false",  # a window shorter than Delta's 7 days is deliberate
+                              LISTING_PARALLELISM: str(spark.sparkContext.defaultParallelism)}):
         delta.vacuum(retain_hours)
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
     return int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), 0, None
 
 
