@@ -14,6 +14,8 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from tables.partitioning import PartitionField, parse_partition_fields
+
 ENV_PREFIX = "PIPELINE_"
 DEFAULT_CONFIG_FILE = "pipeline.toml"
 
@@ -263,7 +265,8 @@ class MirrorSettings(_Section):
     namespace: str = Field("mirror", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     tables: list[str] = Field(default_factory=list, description="changelog tables to mirror; empty: all of them")
     keys: dict[str, str] = Field(default_factory=dict, description="table -> its key columns, comma-separated")
-    partition_by: dict[str, str] = Field(default_factory=dict, description="table -> partition columns")
+    partition_by: dict[str, str] = Field(default_factory=dict, description="table -> partition fields: columns, "
+                                         "bucket(N, col), years/months/days/hours(col) (Iceberg)")
     delete_mode: Literal["soft", "hard"] = "soft"
     write_mode: Literal["copy-on-write", "merge-on-read"] = Field(
         "copy-on-write", description="row-level writes of new mirrors (Delta: merge-on-read = deletion vectors)")
@@ -282,8 +285,18 @@ class MirrorSettings(_Section):
     def key_columns(self, table: str) -> list[str]:
         return [c.strip() for c in self.keys.get(table, "").split(",") if c.strip()]
 
-    def partition_columns(self, table: str) -> list[str]:
-        return [c.strip() for c in self.partition_by.get(table, "").split(",") if c.strip()]
+    @field_validator("partition_by")
+    @classmethod
+    def _readable_partition_fields(cls, partition_by: dict[str, str]) -> dict[str, str]:
+        for table, spec in partition_by.items():
+            try:
+                parse_partition_fields(spec)
+            except ValueError as exc:
+                raise ValueError(f"mirror.partition_by.{table}: {exc}") from None
+        return partition_by
+
+    def partition_fields(self, table: str) -> list[PartitionField]:
+        return parse_partition_fields(self.partition_by.get(table, ""))
 
 
 class MaintenanceSettings(_Section):
@@ -350,6 +363,16 @@ class PipelineConfig(BaseModel):
         if isinstance(changelog, dict):
             changelog.setdefault("checkpoint", str(home / "checkpoints" / "changelog"))
         return data
+
+    @model_validator(mode="after")
+    def _delta_partitions_by_columns(self) -> PipelineConfig:
+        if self.lake.format == "delta":
+            for table in self.mirror.partition_by:
+                transformed = [str(f) for f in self.mirror.partition_fields(table) if f.transform != "identity"]
+                if transformed:
+                    raise ValueError(f"mirror.partition_by.{table}: Delta partitions by columns only, not by "
+                                     f"{', '.join(transformed)}; use columns, or lake.format = 'iceberg'")
+        return self
 
     @property
     def jars_dir(self) -> Path:

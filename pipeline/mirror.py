@@ -161,7 +161,7 @@ class MirrorStage:
         """Create the mirror on first sight, and add the columns the source gained since the last run;
         True when the table's shape changed (so its views must be replaced)."""
         if not target.exists():
-            target.create(reduced, self.settings.partition_columns(name), self.settings.write_mode)
+            target.create(reduced, self.settings.partition_fields(name), self.settings.write_mode)
             return True
         present = {f.name for f in target.fields()}
         new = [f for f in reduced.schema.fields if f.name not in present]

@@ -21,6 +21,7 @@ import structlog
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config import PipelineConfig
 from tables.append import COMMIT_PROPERTY
+from tables.partitioning import PartitionField
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,7 +46,7 @@ class LakeTable(Protocol):
     def commit_metadata(self, key: str) -> tuple[int, str] | None: ...
     def fields(self) -> list[StructField]: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
-    def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None: ...
+    def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None: ...
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None: ...
 
 
@@ -130,15 +131,13 @@ class IcebergLakeTable:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE {self.ref} ADD COLUMNS ({columns})")
 
-    def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None:
+    def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
         """An empty table shaped like `like`; `write_mode` (copy-on-write / merge-on-read) for row-level writes."""
         writer = like.limit(0).writeTo(self.ref).using("iceberg").tableProperty("format-version", "2")
         for operation in ("merge", "update", "delete"):
             writer = writer.tableProperty(f"write.{operation}.mode", write_mode)
         if partition_by:
-            from pyspark.sql import functions as F
-
-            writer = writer.partitionedBy(*[F.col(c) for c in partition_by])
+            writer = writer.partitionedBy(*[field.expression() for field in partition_by])
         writer.create()
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
@@ -221,12 +220,13 @@ class DeltaLakeTable:
         columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE delta.`{self.ref}` ADD COLUMNS ({columns})")
 
-    def create(self, like: DataFrame, partition_by: list[str], write_mode: str) -> None:
-        """Delta's merge-on-read is deletion vectors: a MERGE marks replaced rows instead of rewriting files."""
+    def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
+        """Delta's merge-on-read is deletion vectors: a MERGE marks replaced rows instead of rewriting files.
+        Delta partitions by columns only (checked by the configuration)."""
         writer = like.limit(0).write.format("delta")  # the change data feed is on by default (pipeline/spark.py)
         if write_mode == "merge-on-read":
             writer = writer.option("delta.enableDeletionVectors", "true")
-        writer.partitionBy(*partition_by).save(self.ref)
+        writer.partitionBy(*[field.column for field in partition_by]).save(self.ref)
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
         from delta.tables import DeltaTable

@@ -69,7 +69,7 @@ def test_mirror_settings_take_per_table_maps() -> None:
                       "mirror.partition_by.moma_artists=nationality", "mirror.tables=moma_artists,hr_employee")
     assert cfg.mirror.key_columns("moma_artists") == ["artist_id"]
     assert cfg.mirror.key_columns("hr_employee") == ["employee_id", "team"]
-    assert cfg.mirror.partition_columns("moma_artists") == ["nationality"]
+    assert [str(f) for f in cfg.mirror.partition_fields("moma_artists")] == ["nationality"]
     assert cfg.mirror.key_columns("unknown") == []
     assert cfg.mirror.tables == ["moma_artists", "hr_employee"]
 
