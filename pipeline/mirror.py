@@ -20,7 +20,7 @@ from cdc.merge import latest_per_key, merge_clauses
 from pipeline.config import PipelineConfig
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
-from tables.lake import LakeTable, lake_table, table_names
+from tables.lake import STORAGE_PARTITIONED_JOIN, LakeTable, lake_table, session_conf, table_names
 from tables.views import replace_views, table_views
 
 if TYPE_CHECKING:
@@ -151,7 +151,8 @@ class MirrorStage:
             if self._prepare(target, reduced, name):
                 self._replace_views(name, keys, source)
             metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
-            target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
+            with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):
+                target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
         return TableReport(name, count, merged, held_back, merged_through, time.perf_counter() - started)
 
     def _changelog(self, name: str) -> LakeTable:
@@ -176,6 +177,13 @@ class MirrorStage:
             return
         columns = [f.name for f in source.fields()]
         replace_views(self.spark, self.cfg.catalog.name, table_views(self.cfg, name, keys, columns))
+
+
+def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
+    """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
+    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
+    bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
+    return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
 
 
 def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:

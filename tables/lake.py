@@ -30,6 +30,15 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 ICEBERG_PROPERTY_CONF = "spark.sql.iceberg.snapshot-property."
+# Storage-partitioned join, for an Iceberg table bucketed by the join key: the scan keeps its files grouped by
+# bucket and Spark shuffles only the other side into those buckets, so a MERGE of a few changes into a large
+# mirror never shuffles the mirror.
+STORAGE_PARTITIONED_JOIN = {
+    "spark.sql.sources.v2.bucketing.enabled": "true",
+    "spark.sql.sources.v2.bucketing.shuffle.enabled": "true",
+    "spark.sql.iceberg.planning.preserve-data-grouping": "true",
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
+}
 DELTA_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 

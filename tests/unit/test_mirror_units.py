@@ -9,7 +9,9 @@ import pytest
 
 from cdc.merge import merge_clauses, merge_sql
 from pipeline.cli import _interval
+from pipeline.mirror import merge_join_conf
 from pipeline.timetravel import QueryError, as_of_sql, key_filter
+from tables.lake import STORAGE_PARTITIONED_JOIN
 from tests.conftest import REPO, make_config
 
 
@@ -105,3 +107,12 @@ def test_every_runs_at_its_cadence_until_stopped() -> None:
     assert len(stage.started) == 3
     gaps = [b - a for a, b in zip(stage.started, stage.started[1:])]
     assert all(0.15 <= gap < 1.0 for gap in gaps)
+
+
+def test_a_mirror_bucketed_by_its_key_merges_with_a_storage_partitioned_join() -> None:
+    cfg = make_config("mirror.partition_by.a=bucket(16, id)", "mirror.partition_by.b=nationality, bucket(4, name)",
+                      "mirror.partition_by.c=nationality")
+    assert merge_join_conf(cfg, "a", ["id"]) == STORAGE_PARTITIONED_JOIN
+    assert merge_join_conf(cfg, "a", ["other"]) == {}  # bucketed, but not by a key: the join cannot use it
+    assert merge_join_conf(cfg, "b", ["id", "name"]) == STORAGE_PARTITIONED_JOIN
+    assert merge_join_conf(cfg, "c", ["id"]) == merge_join_conf(cfg, "unpartitioned", ["id"]) == {}
