@@ -11,7 +11,9 @@ the reason, to the `dead_letters` table beside them; they never block a partitio
 
 Exactly once: the checkpoint is the only offset store, and every table append is idempotent per (query id,
 batch id) (`tables/append.py`), so a batch replayed after a crash skips the tables it already wrote. The
-checkpoint is bound to the subscription and target it was made for. Kafka or registry outages are waited out.
+checkpoint is bound to the subscription and target it was made for. Kafka or registry outages are waited out:
+a failed query restarts once they answer, and a trigger that hangs (Spark's Kafka source retries a broker that
+went away for minutes before it fails) has them probed and the outage logged while it lasts.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = structlog.get_logger(__name__)
+
+STALL_S = 30.0  # a trigger running this long with no progress report has the services probed
 
 
 class StageError(RuntimeError):
@@ -253,9 +257,18 @@ class ChangelogStage:
                              "or run with the settings the checkpoint was made with")
 
     def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
-        logged = -1
+        """Log progress until the query ends or SIGTERM; while a trigger hangs, name a service that is down."""
+        logged, stall, down = -1, Stall(STALL_S), False
         while not query.awaitTermination(1.0):
             logged = self._log_progress(query, logged)
+            progress = (query.lastProgress or {}).get("timestamp")
+            if stall.stalled(query.status["isTriggerActive"], progress, time.monotonic()):
+                retry_in_s = stall.probe(time.monotonic())
+                if retry_in_s is not None:
+                    down = self._probe_running(down, retry_in_s)
+            elif down:  # the trigger got through: Spark resumed by itself
+                log.info("changelog.recovered")
+                down = False
             if self._drained(query):
                 query.stop()
                 log.info("changelog.stopped", reason="caught up", last_batch=logged)
@@ -267,6 +280,19 @@ class ChangelogStage:
                 log.info("changelog.stopped", reason="SIGTERM", last_batch=logged)
                 return
         self._log_progress(query, logged)
+
+    def _probe_running(self, down: bool, retry_in_s: float) -> bool:
+        """Whether a service is down now, logged by name and address; the query keeps running, since Spark
+        resumes once the service answers (and if it fails instead, `run` waits the outage out)."""
+        outage = self._outage()
+        if outage is None:
+            if down:
+                log.info("changelog.recovered")
+            return False
+        service, address, error = outage
+        log.warning("changelog.outage", service=service, address=address, retry_in_s=retry_in_s, error=error,
+                    query="running")
+        return True
 
     def _log_progress(self, query: StreamingQuery, logged: int) -> int:
         """One line per finished batch: rows in, rows per table, dead letters, rows/s and consumer lag."""
@@ -417,6 +443,40 @@ class ChangelogStage:
         if self.glue is not None:  # a replayed batch too: a crash between the commit and Glue is repaired
             self.glue.sync(self.cfg.changelog.namespace, name)
         return done
+
+
+@dataclass
+class Stall:
+    """Whether the running trigger hangs, and when to probe the services about it.
+
+    Spark's Kafka source does not fail when the broker goes away: its admin client waits out three tries of
+    `default.api.timeout.ms` (a minute each) first, and meanwhile the trigger just hangs. A trigger that runs
+    for `after_s` with no new progress report is worth a probe (a long batch too; it finds nothing wrong);
+    probes back off from one second to a minute apart, so a long outage is not a log line a second.
+    """
+
+    after_s: float
+    _progress: object = None  # the last progress report seen (its timestamp)
+    _since: float | None = None  # when the running trigger was first seen after it; None while none runs
+    _next_probe: float = 0.0
+    _delay: float = 1.0
+
+    def stalled(self, active: bool, progress: object, now: float) -> bool:
+        """Whether the trigger seen running has gone `after_s` without a new progress report; an idle moment or
+        a new report starts the wait, and the probes' backoff, again."""
+        if not active or progress != self._progress or self._since is None:
+            self._progress, self._since = progress, now if active else None
+            self._next_probe, self._delay = 0.0, 1.0
+            return False
+        return now - self._since >= self.after_s
+
+    def probe(self, now: float) -> float | None:
+        """When a probe is due now, the seconds until the next one; else None."""
+        if now < self._next_probe:
+            return None
+        delay, self._delay = self._delay, min(60.0, self._delay * 2)
+        self._next_probe = now + delay
+        return delay
 
 
 def _found_nothing_new(query: StreamingQuery) -> bool:
