@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 from pipeline.config import KafkaSettings
+
+# librdkafka logs every refused connection, many a second while a broker is down; a probe reports the outage
+# itself, once, by name and address (KafkaUnavailable).
+_QUIET = logging.getLogger("pipeline.kafka.probe")
+_QUIET.setLevel(logging.CRITICAL)
 
 
 class KafkaUnavailable(RuntimeError):
@@ -25,6 +32,6 @@ def topic_names(kafka: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
     try:
-        return set(AdminClient(client_conf(kafka)).list_topics(timeout=timeout_s).topics)
+        return set(AdminClient({**client_conf(kafka), "logger": _QUIET}).list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
         raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable: {exc.args[0]}") from None

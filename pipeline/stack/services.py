@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import logging
 import subprocess
 import sys
 import uuid
@@ -14,7 +13,7 @@ from pathlib import Path
 import requests
 
 from pipeline import jvm
-from pipeline.config import PipelineConfig
+from pipeline.config import KafkaSettings, PipelineConfig
 from pipeline.stack.java import find_java
 from pipeline.stack.process import ManagedProcess, port_in_use
 
@@ -83,14 +82,12 @@ class Kafka(Service):
         ]
 
     def healthy(self) -> bool:
-        from confluent_kafka.admin import AdminClient
+        from pipeline.kafka import KafkaUnavailable, topic_names
 
-        quiet = logging.getLogger("pipeline.stack.kafka-probe")
-        quiet.setLevel(logging.CRITICAL)
-        admin = AdminClient({"bootstrap.servers": self.address, "logger": quiet})
         try:
-            return bool(admin.list_topics(timeout=2).brokers)
-        except Exception:  # KafkaException: not up yet
+            topic_names(KafkaSettings(bootstrap_servers=self.address), timeout_s=2)
+            return True
+        except KafkaUnavailable:  # not up yet
             return False
 
     def _write_config(self) -> Path:
