@@ -2,8 +2,10 @@
 (70% updates, 20% inserts, 10% deletes) and time each; in the same run, time the naive way at that size
 (rebuild the state from the whole changelog with a window function and overwrite) -> ratio.
 
-Needs no services: the changelog is synthesised in Spark in a throw-away folder. Usage:
-bench/mirror.py [--rows 10000000] [--batches 100000,1000000] [--write-mode copy-on-write] [--set k=v ...]
+Needs no services: the changelog is synthesised in Spark in a throw-away folder. The mirror is bucketed by its
+key (`--partition-by`; '' for none), so a MERGE joins bucket by bucket and shuffles only the changes. Usage:
+bench/mirror.py [--rows 10000000] [--batches 100000,1000000] [--write-mode copy-on-write]
+                [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
 Ends with: `mirror: <changes> changes into <rows> rows in <s> s, <ratio>x faster than a full rebuild (<s> s)`.
 """
 
@@ -26,6 +28,7 @@ from pipeline.spark import get_spark  # noqa: E402
 from tables.append import IcebergAppender  # noqa: E402
 
 TABLE = "bench_artists"
+PARTITION_BY = "bucket(16, artist_id)"  # how a data engineer lays out a large mirror that is merged into by key
 NATIONALITIES = "array('American','French','German','British','Japanese','Spanish','Italian','Mexican')"
 
 
@@ -74,6 +77,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--batches", default="100000,1000000", help="change counts to merge, comma-separated")
     parser.add_argument("--write-mode", default="copy-on-write", choices=["copy-on-write", "merge-on-read"])
+    parser.add_argument("--partition-by", default=PARTITION_BY, help="the mirror's partition fields")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logs.configure("WARNING")
@@ -81,12 +85,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-mirror-") as home:
         cfg = load_config(overrides=[f"home={home}", f"jars={REPO / '.pipeline' / 'jars'}",
                                      f"mirror.keys.{TABLE}=artist_id", f"mirror.tables={TABLE}",
-                                     f"mirror.write_mode={args.write_mode}", *args.overrides])
+                                     f"mirror.write_mode={args.write_mode}",
+                                     f"mirror.partition_by.{TABLE}={args.partition_by}", *args.overrides])
         spark = get_spark(cfg)
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{cfg.changelog.namespace}")
         appender = IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}")
         stage = MirrorStage(cfg, spark)
-        print(f"mirror bench: {args.rows:,} rows, batches {batches}, {args.write_mode}, master {spark.sparkContext.master}")
+        print(f"mirror bench: {args.rows:,} rows, batches {batches}, {args.write_mode}, partitioned by "
+              f"{args.partition_by or 'nothing'}, master {spark.sparkContext.master}")
         timed(f"changelog: load {args.rows:,}", lambda: appender.append(changes(spark, args.rows, 0, 0, 0), TABLE, "bench", 0))
         timed(f"mirror: build {args.rows:,} rows", lambda: stage.merge_table(TABLE))
         merged: dict[int, float] = {}

@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.mirror import TABLE, changes  # noqa: E402
+from bench.mirror import PARTITION_BY, TABLE, changes  # noqa: E402
 from pipeline import logs, timetravel  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.mirror import MirrorStage  # noqa: E402
@@ -55,7 +55,7 @@ def median_seconds(label: str, action) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--partition-by", default="bucket(16, artist_id)", help="the mirror's partition fields")
+    parser.add_argument("--partition-by", default=PARTITION_BY, help="the mirror's partition fields")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logs.configure("WARNING")
@@ -86,7 +86,7 @@ def main() -> None:
         history = median_seconds(f"history of artist_id {key}", lambda: len(
             timetravel.history(cfg, spark, TABLE, str(key)).collect()))
         state = median_seconds(f"state as of source {between}, one key", lambda: len(
-            timetravel.state(cfg, spark, TABLE, between).where(f"artist_id = {key}").collect()))
+            timetravel.state(cfg, spark, TABLE, between, str(key)).collect()))
         spark.stop()
     print(f"query: point lookup {lookup:.2f} s, history {history:.2f} s, state as of source {state:.2f} s "
           f"on {args.rows:,} rows (target 3 s)")

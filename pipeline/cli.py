@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     state = commands.add_parser("state", help="a table as the source held it at a source time, from the changelog")
     state.add_argument("--table", required=True)
     state.add_argument("--as-of-source", required=True, metavar="TIME", help="UTC, e.g. '2026-11-22 18:00:00.123'")
+    state.add_argument("--key", help="only this key's row (v1,v2 for a composite key)")
     state.add_argument("--limit", type=int, default=100, help="rows to print")
     state.set_defaults(handler=cmd_state)
 
@@ -318,7 +319,7 @@ def cmd_state(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline import timetravel
     from pipeline.spark import get_spark
 
-    rows = timetravel.state(cfg, get_spark(cfg), args.table, args.as_of_source).persist()
+    rows = timetravel.state(cfg, get_spark(cfg), args.table, args.as_of_source, args.key).persist()
     rows.show(args.limit, truncate=False)
     print(f"{rows.count()} rows in {args.table} as of source time {args.as_of_source}")
     return EXIT_OK

@@ -56,17 +56,12 @@ def query(cfg: PipelineConfig, spark: SparkSession, sql: str, as_of: str | None 
     return spark.sql(as_of_sql(sql, as_of) if as_of else sql)
 
 
-def key_filter(spark_types: dict[str, str], keys: list[str], key: str) -> str:
-    """A SQL predicate for one key given as `value` or `v1,v2` (composite keys, in key order)."""
+def parse_key(keys: list[str], key: str) -> dict[str, str]:
+    """One key given as `value` or `v1,v2` (composite keys, in key order) -> column -> value."""
     values = key.split(",")
     if len(values) != len(keys):
         raise QueryError(f"--key {key!r} has {len(values)} value(s); the table's key is ({', '.join(keys)})")
-    return " AND ".join(f"`{k}` = CAST({_literal(v)} AS {spark_types[k]})" for k, v in zip(keys, values))
-
-
-def _literal(value: str) -> str:
-    """A Spark SQL string literal holding `value` exactly."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return dict(zip(keys, values))
 
 
 def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> DataFrame:
@@ -79,18 +74,18 @@ def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> D
     if not changelog.exists():
         raise QueryError(f"no changelog table {table} ({changelog.ref}); tables: "
                          f"{', '.join(table_names(cfg, spark, cfg.changelog.namespace)) or 'none'}")
-    keys = table_keys(cfg, table, changelog)
-    types = {f.name: f.dataType.simpleString() for f in changelog.fields()}
-    rows = changelog.read_with_commits(key_filter(types, keys, key))
+    rows = changelog.read_with_commits(parse_key(table_keys(cfg, table, changelog), key))
     first_delivery = Window.partitionBy("_seq.source_major", "_seq.source_minor").orderBy("_seq")
     columns = [c for c in rows.columns if not c.startswith("_")]
     return (rows.withColumn("_rank", F.row_number().over(first_delivery)).where("_rank = 1")  # duplicates once
             .orderBy("_seq").select("_op", "_source_ts", "_commit", "_seq", *columns))
 
 
-def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str) -> DataFrame:
-    """The table as the source held it at `source_time`, rebuilt from the changelog."""
+def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str, key: str | None = None) -> DataFrame:
+    """The table (or its row of one `key`) as the source held it at `source_time`, rebuilt from the changelog."""
     changelog = lake_table(cfg, spark, cfg.changelog.namespace, table)
     if not changelog.exists():
         raise QueryError(f"no changelog table {table} ({changelog.ref})")
-    return state_as_of(changelog.read(), table_keys(cfg, table, changelog), source_time)
+    keys = table_keys(cfg, table, changelog)
+    changes = changelog.read_key(parse_key(keys, key)) if key is not None else changelog.read()
+    return state_as_of(changes, keys, source_time)

@@ -6,12 +6,13 @@ import argparse
 import ast
 
 import pytest
+from pyspark.sql.types import StructType
 
 from cdc.merge import merge_clauses, merge_sql
 from pipeline.cli import _interval
 from pipeline.mirror import merge_join_conf
-from pipeline.timetravel import QueryError, as_of_sql, key_filter
-from tables.lake import STORAGE_PARTITIONED_JOIN
+from pipeline.timetravel import QueryError, as_of_sql, parse_key
+from tables.lake import STORAGE_PARTITIONED_JOIN, key_predicate
 from tests.conftest import REPO, make_config
 
 
@@ -50,13 +51,15 @@ def test_as_of_pins_every_table_but_not_subqueries() -> None:
         as_of_sql("SELECT 1", "5")
 
 
-def test_key_filter_casts_values_to_the_key_types() -> None:
-    assert key_filter({"id": "int"}, ["id"], "299") == "`id` = CAST('299' AS int)"
-    assert key_filter({"a": "bigint", "b": "string"}, ["a", "b"], "1,x") == \
+def test_a_key_is_parsed_per_column_and_matched_with_values_cast_to_the_key_types() -> None:
+    fields = StructType().add("id", "integer").add("a", "long").add("b", "string").fields
+    assert parse_key(["a", "b"], "1,x") == {"a": "1", "b": "x"}
+    assert key_predicate(fields, {"id": "299"}) == "`id` = CAST('299' AS int)"
+    assert key_predicate(fields, parse_key(["a", "b"], "1,x")) == \
         "`a` = CAST('1' AS bigint) AND `b` = CAST('x' AS string)"
-    assert key_filter({"id": "string"}, ["id"], "'; DROP TABLE t") == "`id` = CAST('\\'; DROP TABLE t' AS string)"
+    assert key_predicate(fields, {"b": "'; DROP TABLE t"}) == "`b` = CAST('\\'; DROP TABLE t' AS string)"
     with pytest.raises(QueryError, match=r"the table's key is \(a, b\)"):
-        key_filter({"a": "int", "b": "int"}, ["a", "b"], "1")
+        parse_key(["a", "b"], "1")
 
 
 def test_intervals() -> None:
