@@ -264,11 +264,12 @@ class ChangelogStage:
             progress = (query.lastProgress or {}).get("timestamp")
             if stall.stalled(query.status["isTriggerActive"], progress, time.monotonic()):
                 retry_in_s = stall.probe(time.monotonic())
-                if retry_in_s is not None:
-                    down = self._probe_running(down, retry_in_s)
-            elif down:  # the trigger got through: Spark resumed by itself
+                still_down = down if retry_in_s is None else self._log_outage(retry_in_s)
+            else:
+                still_down = False  # the trigger got through: Spark resumed by itself
+            if down and not still_down:
                 log.info("changelog.recovered")
-                down = False
+            down = still_down
             if self._drained(query):
                 query.stop()
                 log.info("changelog.stopped", reason="caught up", last_batch=logged)
@@ -281,13 +282,11 @@ class ChangelogStage:
                 return
         self._log_progress(query, logged)
 
-    def _probe_running(self, down: bool, retry_in_s: float) -> bool:
+    def _log_outage(self, retry_in_s: float) -> bool:
         """Whether a service is down now, logged by name and address; the query keeps running, since Spark
         resumes once the service answers (and if it fails instead, `run` waits the outage out)."""
         outage = self._outage()
         if outage is None:
-            if down:
-                log.info("changelog.recovered")
             return False
         service, address, error = outage
         log.warning("changelog.outage", service=service, address=address, retry_in_s=retry_in_s, error=error,

@@ -1,7 +1,7 @@
 """Partition fields of a mirror: a column, or an Iceberg transform of one.
 
 `bucket(16, id)` on a mirror's key is what keeps a large mirror cheap to query and to merge into: a lookup
-by key reads one bucket's files instead of the whole table, and a MERGE's writes are spread by key. Time
+by key reads one bucket's files instead of the whole table, and a MERGE joins bucket by bucket. Time
 transforms (`days(updated_at)`) partition by a date without a derived column. Delta partitions by plain
 columns only.
 """
