@@ -330,7 +330,10 @@ class ChangelogStage:
         transport = [name for name in TRANSPORT_EXTRAS if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            schema_id.alias("schema_id"), compressed.alias("compressed"))
-        raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
+        # Topic partitions beyond the cores only add tasks: every topic's decode and the dead letters' union
+        # scan the whole cached batch, so a batch of many small topics would run thousands of tiny tasks.
+        raw = (raw.coalesce(self.spark.sparkContext.defaultParallelism)
+               .withColumn("kind", framing.kind(F.col("schema_id"))).persist())
         try:
             plans = self._plan(raw)
             report.rows_in = sum(plan.rows for plan in plans.values())
