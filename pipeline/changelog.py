@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-STALL_S = 30.0  # a trigger running this long with no progress report has the services probed
-
 
 class StageError(RuntimeError):
     """The stage cannot run as configured; the message says which setting to change."""
@@ -258,7 +256,7 @@ class ChangelogStage:
 
     def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
         """Log progress until the query ends or SIGTERM; while a trigger hangs, name a service that is down."""
-        logged, stall, down = -1, Stall(STALL_S), False
+        logged, stall, down = -1, Stall(self.cfg.changelog.stall_probe_s), False
         while not query.awaitTermination(1.0):
             logged = self._log_progress(query, logged)
             progress = (query.lastProgress or {}).get("timestamp")

@@ -206,6 +206,8 @@ class ChangelogSettings(_Section):
     max_restarts: int = Field(3, ge=0, description="restarts from the checkpoint after a failure, with backoff")
     max_outage_s: float = Field(0, ge=0, description="give up when Kafka or the registry stays unreachable this "
                                 "long (seconds); 0 waits for it forever")
+    stall_probe_s: float = Field(30, gt=0, description="a trigger running this long with no progress report has "
+                                 "Kafka and the registry probed, so an outage is named while Spark waits it out")
 
     @field_validator("topics", mode="before")
     @classmethod

@@ -364,7 +364,7 @@ def test_a_kafka_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: Pipel
         _, truth_first = _simulate(own, tmp_path, first, format="debezium", tables="employees", events=200,
                                    snapshot_rows=30)
         stage = _StageProcess(f"{run}[ab]", tmp_path / "checkpoint",
-                              settings=[f"kafka.bootstrap_servers={kafka.address}"])
+                              settings=[f"kafka.bootstrap_servers={kafka.address}", "changelog.stall_probe_s=5"])
         stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
         kafka.process.stop()
         # Spark's Kafka source hangs for about three minutes before its query fails; the outage is named sooner.
