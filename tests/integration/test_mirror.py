@@ -268,7 +268,7 @@ def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(
         update={"retain_hours": 0.0, "orphan_age_hours": 24.0})})
     source = Source(cfg, prefix, tmp_path)
     truth = source.simulate(events=600)
-    source.land(spark, max_offsets_per_trigger=150)  # several small commits, several small files
+    source.land(spark, max_offsets_per_trigger=250)  # several small commits, several small files
     MirrorStage(cfg, spark).run_once()
     mirror = lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists")
     data_file = (mirror.read().inputFiles() if lake_format == "delta"
