@@ -29,7 +29,8 @@ SPARK_SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 def spark_options(kafka: KafkaSettings) -> dict[str, str]:
     """Options for Spark's Kafka source, where client settings carry a `kafka.` prefix; `kafka.properties`
     override the source defaults."""
-    return {**SPARK_SOURCE_DEFAULTS, **{f"kafka.{key}": value for key, value in client_conf(kafka).items()}}  # type: ignore[dict-item]
+    client = {f"kafka.{key}": value for key, value in client_conf(kafka).items()}
+    return {**SPARK_SOURCE_DEFAULTS, **client}  # type: ignore[dict-item]
 
 
 def topic_names(kafka: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
