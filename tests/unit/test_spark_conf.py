@@ -127,3 +127,12 @@ def test_s3a_is_not_a_package_for_spark_submit() -> None:
     packages = jvm.spark_packages()
     assert not any(p.startswith(("org.apache.hadoop:", "software.amazon.awssdk:")) for p in packages)
     assert "org.apache.iceberg:iceberg-aws-bundle:1.12.0" in packages
+
+
+def test_the_kafka_source_waits_briefly_per_fetch_unless_the_properties_say_otherwise(tmp_path: Path) -> None:
+    from pipeline.kafka import spark_options
+
+    options = spark_options(_cfg(tmp_path, "kafka.bootstrap_servers=broker:9092").kafka)
+    assert options["kafka.fetch.max.wait.ms"] == "10" and options["kafka.bootstrap.servers"] == "broker:9092"
+    tuned = spark_options(_cfg(tmp_path, "kafka.properties.fetch.max.wait.ms=200").kafka)
+    assert tuned["kafka.fetch.max.wait.ms"] == "200"
