@@ -8,6 +8,8 @@ baseline measured in the same run on the same machine.
 2. The stage (`ChangelogStage(...).run(until_caught_up=True)`) drains the topic into its changelog table.
 3. The baseline drains a topic of as many version-1 messages with one fixed schema: Kafka -> `from_avro` ->
    an Iceberg append, no normalisation, no routing, no dead letters, no idempotency check.
+Both are first run untimed on `--warmup` events of their own topics, so neither timing includes the JVM's
+warm-up (class loading, JIT), which otherwise fell on whichever ran first: the stage.
 
 Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 2000000] [--set k=v ...]
 Ends with: `changelog: <events/s> events/s, <ratio>x baseline`.
@@ -108,31 +110,39 @@ def time_baseline(cfg: PipelineConfig, spark, topic: str, schema: str, home: Pat
     return time.perf_counter() - started
 
 
+def race(cfg: PipelineConfig, spark, events: int, home: Path) -> tuple[float, float]:
+    """Seconds the stage and the baseline take to drain `events` messages each, from topics of their own (the
+    stage's topic needs its own simulation: the registry subjects are named after it)."""
+    prefix = f"bench{uuid.uuid4().hex[:6]}"
+    pool = simulate_pool(cfg, prefix, min(POOL, events))
+    writers = {confluent_unframe(m.value)[0] for m in pool if m.value}
+    first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
+    print(f"simulated {len(pool):,} distinct changes, writer schema ids {sorted(writers)}", flush=True)
+    produce(cfg, pool[0].topic, pool, events)
+    baseline_topic = f"{prefix}-baseline"
+    produce(cfg, baseline_topic, [m for m in pool if m.value and confluent_unframe(m.value)[0] == first], events)
+    schema = serde_from_settings(cfg.registry, cfg.aws).registry.schema(first)
+    print("stage: draining ...", flush=True)
+    stage_s = time_stage(cfg, spark, prefix, home / prefix)
+    print("baseline: draining ...", flush=True)
+    return stage_s, time_baseline(cfg, spark, baseline_topic, schema, home / prefix)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--warmup", type=int, default=50_000, help="events of the untimed first run of each")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logs.configure("INFO")  # the stage's progress line per batch
     cfg = load_config(overrides=args.overrides)
-    prefix = f"bench{uuid.uuid4().hex[:6]}"
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
-
-    pool = simulate_pool(cfg, prefix, min(POOL, args.events))
-    writers = {confluent_unframe(m.value)[0] for m in pool if m.value}
-    first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
-    print(f"simulated {len(pool):,} distinct changes, writer schema ids {sorted(writers)}", flush=True)
-    produce(cfg, pool[0].topic, pool, args.events)
-    baseline_topic = f"{prefix}-baseline"
-    produce(cfg, baseline_topic, [m for m in pool if m.value and confluent_unframe(m.value)[0] == first], args.events)
-
     spark = get_spark(cfg)
-    schema = serde_from_settings(cfg.registry, cfg.aws).registry.schema(first)
     with tempfile.TemporaryDirectory() as folder:
-        print("stage: draining ...", flush=True)
-        stage_s = time_stage(cfg, spark, prefix, Path(folder))
-        print("baseline: draining ...", flush=True)
-        baseline_s = time_baseline(cfg, spark, baseline_topic, schema, Path(folder))
+        if args.warmup:
+            print(f"warm-up: {args.warmup:,} events each, untimed", flush=True)
+            race(cfg, spark, args.warmup, Path(folder))
+        stage_s, baseline_s = race(cfg, spark, args.events, Path(folder))
     stage_rate, baseline_rate = args.events / stage_s, args.events / baseline_s
     print(f"stage      {stage_rate:12,.0f} events/s  ({args.events:,} events, {stage_s:.1f} s)")
     print(f"baseline   {baseline_rate:12,.0f} events/s  ({args.events:,} events, {baseline_s:.1f} s)")
