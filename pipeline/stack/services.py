@@ -72,7 +72,7 @@ class Kafka(Service):
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             subprocess.run(
                 [str(java), "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(properties)],
+                 f"--cluster-id={cluster_id}", "-c", str(properties)],  # "=": an id may start with "-"
                 check=True, capture_output=True, text=True,
             )
         return [
