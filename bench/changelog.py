@@ -11,7 +11,7 @@ baseline measured in the same run on the same machine.
 Both are first run untimed on `--warmup` events of their own topics, so neither timing includes the JVM's
 warm-up (class loading, JIT), which otherwise fell on whichever ran first: the stage.
 
-Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 2000000] [--set k=v ...]
+Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 2000000] [--warmup 50000] [--set k=v ...]
 Ends with: `changelog: <events/s> events/s, <ratio>x baseline`.
 """
 
