@@ -83,19 +83,28 @@ def _debezium(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict
     v = F.col("v")
     image = F.coalesce(v["after"], v["before"])
     names = _row_columns(decoded, "v.after")
-    sequence = F.from_json(v["source"]["sequence"], "array<string>")
+    last_commit_lsn, event_lsn = debezium_sequence(v["source"]["sequence"])
     snapshot = v["op"] == "r"
     meta = {
         "_op": v["op"],
         "_deleted": v["op"] == "d",
         "_source_ts": F.timestamp_millis(v["source"]["ts_ms"]),
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(
-            F.coalesce(sequence[0].cast("long"), v["source"]["lsn"])),
-        "_seq_minor": F.coalesce(sequence[1].cast("long"), v["source"]["lsn"]),
+            F.coalesce(last_commit_lsn, v["source"]["lsn"])),
+        "_seq_minor": F.coalesce(event_lsn, v["source"]["lsn"]),
         "_source": _source(fmt, v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
                            v["source"]["table"], v["source"]["txId"], snapshot),
     }
     return [image[name].alias(name) for name in names], meta
+
+
+def debezium_sequence(sequence: Column) -> tuple[Column, Column]:
+    """Debezium Postgres's `source.sequence`, the JSON text `["<last commit LSN>","<event LSN>"]` (either may be
+    null), as two longs (null where absent). Cut at the comma and trimmed rather than parsed: `from_json` sets up
+    a JSON parser per row, which took ~15% of the stage's executor CPU, more than decoding the Avro record."""
+    halves = F.substring_index(sequence, ",", 1), F.substring_index(sequence, ",", -1)
+    first, last = (F.btrim(half, F.lit('[]" ')).try_cast("long") for half in halves)
+    return first, last
 
 
 def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
