@@ -153,6 +153,9 @@ class SparkSettings(_Section):
     s3_scheme: Literal["s3a", "cluster"] = Field(
         "s3a", description="s3a: s3:// paths go through Hadoop's S3A, like s3a://; cluster: leave s3:// to the "
         "cluster's own file system (EMRFS on EMR)")
+    preload_workers: bool = Field(
+        True, description="fork Spark's Python workers from a daemon that has the executors' modules imported "
+        "(`pipeline.worker_daemon`); the executors must be able to import `pipeline`, as the s3-sqs source needs")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
 
     @field_validator("master")

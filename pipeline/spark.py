@@ -50,6 +50,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     }
     if cfg.spark.master:
         conf["spark.master"] = cfg.spark.master
+    if cfg.spark.preload_workers:
+        conf["spark.python.daemon.module"] = "pipeline.worker_daemon"
     if cfg.spark.connector_jars == "local":
         conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
     conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))

@@ -136,3 +136,8 @@ def test_the_kafka_source_waits_briefly_per_fetch_unless_the_properties_say_othe
     assert options["kafka.fetch.max.wait.ms"] == "10" and options["kafka.bootstrap.servers"] == "broker:9092"
     tuned = spark_options(_cfg(tmp_path, "kafka.properties.fetch.max.wait.ms=200").kafka)
     assert tuned["kafka.fetch.max.wait.ms"] == "200"
+
+
+def test_python_workers_fork_from_the_preloading_daemon_unless_switched_off(tmp_path: Path) -> None:
+    assert spark_conf(_cfg(tmp_path))["spark.python.daemon.module"] == "pipeline.worker_daemon"
+    assert "spark.python.daemon.module" not in spark_conf(_cfg(tmp_path, "spark.preload_workers=false"))
