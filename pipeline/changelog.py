@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING
 import structlog
 
 from cdc import decode, framing
+from cdc.control import control_kind
 from cdc.framing import Framing, Kind
 from cdc.normalize import TRANSPORT_EXTRAS, detect_format, normalize
 from pipeline import kafka
-from pipeline.config import PipelineConfig
+from pipeline.config import DeadLetterSettings, PipelineConfig
 from pipeline.sources.kinesis import changelog as kinesis
 from pipeline.sources.kinesis.client import KinesisUnavailable
 from registry.backend import RegistryError
@@ -53,6 +54,11 @@ class StageError(RuntimeError):
     """The stage cannot run as configured; the message says which setting to change."""
 
 
+class DeadLetterBoundExceeded(StageError):
+    """A batch dead-lettered more of a table than `changelog.dead_letters` allows. Raised after the batch's
+    dead letters are stored and before Spark commits the batch, so the stage stops and nothing is lost."""
+
+
 def check_services(cfg: PipelineConfig) -> None:
     """Fail before any query starts when Kafka or the registry (or Kinesis) does not answer, naming which and
     where. DMS JSON from Kinesis needs no registry."""
@@ -66,11 +72,32 @@ def check_services(cfg: PipelineConfig) -> None:
 @dataclass
 class BatchReport:
     batch_id: int
+    writer: str = ""  # the id its appends commit under (with the batch id): the query's, or a replay's
     rows_in: int = 0
     tombstones: int = 0
     dead_letters: int = 0
     tables: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # tables this batch had already committed (a replay)
+    records: dict[str, int] = field(default_factory=dict)  # topic -> records that are not tombstones
+    dead_by_topic: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> error class -> count
+    dead_letters_skipped: bool = False  # the batch's dead letters were already stored (a replay)
+    control: dict[str, int] = field(default_factory=dict)  # Debezium heartbeats, transaction records: skipped
+
+    def dead_letter_excess(self, bound: DeadLetterSettings) -> str | None:
+        """What breaks the bound, in words, or None: the first (topic, error class) past it."""
+        for topic, classes in sorted(self.dead_by_topic.items()):
+            dead, records = sum(classes.values()), max(self.records.get(topic, 0), 1)
+            error_class = max(classes, key=classes.__getitem__)
+            over_count = bound.max_count is not None and dead > bound.max_count
+            over_fraction = (bound.max_fraction is not None and records >= bound.min_records
+                             and dead / records > bound.max_fraction)
+            if over_count or over_fraction:
+                limit = (f"changelog.dead_letters.max_count = {bound.max_count}" if over_count else
+                         f"changelog.dead_letters.max_fraction = {bound.max_fraction:g}")
+                return (f"batch {self.batch_id} dead-lettered {dead} of {records} records of topic {topic} "
+                        f"({dead / records:.0%}; most of them {error_class}: {classes[error_class]}), past "
+                        f"{limit}")
+        return None
 
 
 @dataclass
@@ -114,6 +141,7 @@ class ChangelogStage:
         self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._id: str | None = None
+        self._stopped_by: DeadLetterBoundExceeded | None = None  # why `run` must not restart the query
         self._until_caught_up = False
 
     # -- what it reads (a stage over another source overrides these) ----------------------------------
@@ -191,6 +219,8 @@ class ChangelogStage:
                 self._watch(query, stopping)
                 return
             except StreamingQueryException as exc:
+                if self._stopped_by is not None:
+                    raise self._stopped_by from None
                 error = str(exc).splitlines()[0][:300]
                 if self._wait_out_outage(stopping):
                     log.info("changelog.restart", after="outage", error=error)
@@ -304,6 +334,7 @@ class ChangelogStage:
                        for source in progress["sources"]), default=0)
             log.info("changelog.batch", batch=batch_id, rows_in=report.rows_in, tables=report.tables,
                      dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
+                     control=report.control,
                      rows_per_s=round(progress.get("processedRowsPerSecond") or 0), lag=lag)
             logged = batch_id
         return logged
@@ -316,15 +347,41 @@ class ChangelogStage:
     # -- one micro-batch -----------------------------------------------------------------------------
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
+        """Land one micro-batch under the query's id, then hold its dead letters to the bound."""
+        if self.cfg.changelog.source == "kinesis":
+            batch = kinesis.kafka_shaped(batch, batch_id)
+        report = BatchReport(batch_id, writer=self._query_id())
+        self.land(batch, report)
+        self.reports.append(report)
+        self._hold_to_bound(report)
+
+    def _hold_to_bound(self, report: BatchReport) -> None:
+        """Stop the stage when the batch dead-lettered more than `changelog.dead_letters` allows. A replayed
+        batch whose dead letters were already stored was judged when they were: it goes on, with a warning."""
+        if report.dead_letters_skipped:
+            log.warning("changelog.dead_letters_replayed", batch=report.batch_id,
+                        hint="this batch's dead letters were stored before a stop or crash; "
+                             "see them with `python -m pipeline dead-letters list`")
+            return
+        excess = report.dead_letter_excess(self.cfg.changelog.dead_letters)
+        if excess is not None:
+            self._stopped_by = DeadLetterBoundExceeded(
+                f"{excess}. The dead letters are stored in {self.cfg.changelog.dead_letter_table} and the batch is "
+                "not committed. See them with `python -m pipeline dead-letters list`, fix the cause (the reason "
+                "names it), then `python -m pipeline dead-letters replay`; or raise the bound. Restarting the "
+                "stage goes on past this batch.")
+            raise self._stopped_by
+
+    def land(self, batch: DataFrame, report: BatchReport, store_dead_letters: bool = True) -> None:
         """One job plans the batch (rows per topic, kind and schema id, and DMS JSON row types) and caches
         its rows; then each topic's rows are decoded and appended in one pass. Dead letters are gathered
-        from what the plan and the appends' observed counts say is there, and appended once."""
+        from what the plan and the appends' observed counts say is there, counted, and appended once
+        (unless `store_dead_letters` is off: a replay of stored dead letters only counts what still fails)."""
         from pyspark.sql import functions as F
 
-        report = BatchReport(batch_id)
+        batch_id = report.batch_id
         schema_id, compressed = self.framing.schema_id(), self.framing.compressed()
         if self.cfg.changelog.source == "kinesis":  # DMS JSON only: no registry frames, no registry lookups
-            batch = kinesis.kafka_shaped(batch, batch_id)
             schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
         transport = [name for name in TRANSPORT_EXTRAS if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
@@ -335,6 +392,7 @@ class ChangelogStage:
             batch_rows = self._per_topic_tasks(raw, len(plans))
             report.rows_in = sum(plan.rows for plan in plans.values())
             report.tombstones = sum(plan.tombstones for plan in plans.values())
+            report.records = {topic: plan.rows - plan.tombstones for topic, plan in plans.items()}
             dead = []
             if any(plan.unframed for plan in plans.values()):
                 dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
@@ -342,10 +400,9 @@ class ChangelogStage:
                                        f"the first byte must be {self.framing.magic} and a schema id follow"))
             for topic, plan in sorted(plans.items()):
                 dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, batch_id, report)
-            self._append_dead_letters(dead, batch_id, report)
+            self._append_dead_letters(dead, report, store_dead_letters)
         finally:
             raw.unpersist()
-        self.reports.append(report)
 
     def _per_topic_tasks(self, raw: DataFrame, topics: int) -> DataFrame:
         """The cached batch, read by as many tasks as one topic has partitions (at least one per core).
@@ -356,15 +413,26 @@ class ChangelogStage:
         cores, partitions = self.spark.sparkContext.defaultParallelism, raw.rdd.getNumPartitions()
         return raw.coalesce(max(cores, math.ceil(partitions / max(topics, 1))))
 
-    def _append_dead_letters(self, dead: list[DataFrame], batch_id: int, report: BatchReport) -> None:
-        """One append of every dead letter the batch produced, to the dead-letter table."""
-        if dead:
-            # A union of the topics' parts runs every part's tasks, each carrying the whole union's plan: with
-            # 25 parts that was 1200 tasks and 47 s for 84 rows, unless coalesced to the cores.
-            letters = functools.reduce(type(dead[0]).unionByName, dead)
-            letters = letters.coalesce(self.spark.sparkContext.defaultParallelism)
-            report.dead_letters = self._append(letters, self.cfg.changelog.dead_letter_table, batch_id, report,
-                                               partition_by_source_time=False).rows
+    def _append_dead_letters(self, dead: list[DataFrame], report: BatchReport, store: bool = True) -> None:
+        """Every dead letter the batch produced, counted by topic and error class (for the bound) and, with
+        `store`, appended once to the dead-letter table."""
+        if not dead:
+            return
+        # A union of the topics' parts runs every part's tasks, each carrying the whole union's plan: with
+        # 25 parts that was 1200 tasks and 47 s for 84 rows, unless coalesced to the cores.
+        letters = functools.reduce(type(dead[0]).unionByName, dead)
+        letters = letters.coalesce(self.spark.sparkContext.defaultParallelism).persist()
+        try:
+            for row in letters.groupBy("topic", "error_class").count().collect():
+                report.dead_by_topic.setdefault(row["topic"], {})[row["error_class"]] = row["count"]
+            if store:
+                done = self._append(letters, self.cfg.changelog.dead_letter_table, report.batch_id, report,
+                                    partition_by_source_time=False)
+                report.dead_letters, report.dead_letters_skipped = done.rows, done.skipped
+            else:
+                report.dead_letters = sum(sum(classes.values()) for classes in report.dead_by_topic.values())
+        finally:
+            letters.unpersist()
 
     def _plan(self, raw: DataFrame) -> dict[str, TopicPlan]:
         from pyspark.sql import functions as F
@@ -400,7 +468,17 @@ class ChangelogStage:
             dead.append(self._dead(framed.where(F.col("schema_id").isin(unknown)), "UnknownSchemaId",
                                    f"the schema id is not in the registry at {self.resolver.address}"))
         for reader, writers in by_reader.items():
-            fmt = detect_format(json.loads(reader))
+            schema = json.loads(reader)
+            control = control_kind(schema)
+            if control is not None:  # heartbeats and transaction metadata: counted, never landed
+                report.control[control] = report.control.get(control, 0) + sum(plan.framed[i] for i in writers)
+                continue
+            try:
+                fmt = detect_format(schema)
+            except ValueError as exc:
+                dead.append(self._dead(framed.where(F.col("schema_id").isin(list(writers))), "UnknownFormat",
+                                       f"{exc}: land it with its own pipeline, or leave the topic out"))
+                continue
             part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader,
                                inflate=plan.compressed > 0)
             decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names"))
@@ -446,7 +524,7 @@ class ChangelogStage:
         from pyspark.sql import functions as F
 
         rows = rows.withColumn("_ingested_at", F.current_timestamp()).withColumn("_batch_id", F.lit(batch_id).cast("long"))
-        done = self.appender.append(rows, name, self._query_id(), batch_id, partition_by_source_time)
+        done = self.appender.append(rows, name, report.writer or self._query_id(), batch_id, partition_by_source_time)
         if done.skipped:
             report.skipped.append(done.table)
         elif done.rows:

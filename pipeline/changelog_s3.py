@@ -105,26 +105,27 @@ class S3SqsChangelogStage(ChangelogStage):
 
     # -- one micro-batch -----------------------------------------------------------------------------
 
-    def _process(self, batch: DataFrame, batch_id: int) -> None:
+    def land(self, batch: DataFrame, report: BatchReport, store_dead_letters: bool = True) -> None:
         """Plan (rows and merged row type per table), then decode and append each table; dead letters last."""
         from pyspark.sql import functions as F
 
-        report = BatchReport(batch_id)
+        batch_id = report.batch_id
         rows = dms_files.with_table(batch).persist()
         try:
             plans = (rows.groupBy("db", "schema_name", "table_name")
                      .agg(F.count(F.lit(1)).alias("rows"), dms_files.row_type().alias("row_type")).collect())
             report.rows_in = sum(plan["rows"] for plan in plans)
+            report.records = {".".join((plan["db"], plan["schema_name"], plan["table_name"])): plan["rows"]
+                              for plan in plans}
             dead = [self._dead(rows.where(F.col("table_name") == ""), "UnroutableFile",
                                "not in DMS's <folder>/<schema>/<table>/<file> layout")] \
                 if any(plan["table_name"] == "" for plan in plans) else []
             for plan in sorted(plans, key=lambda p: (p["db"], p["table_name"])):
                 if plan["table_name"]:
                     dead += self._table(rows, plan, batch_id, report)
-            self._append_dead_letters(dead, batch_id, report)
+            self._append_dead_letters(dead, report, store_dead_letters)
         finally:
             rows.unpersist()
-        self.reports.append(report)
 
     def _table(self, rows: DataFrame, plan, batch_id: int, report: BatchReport) -> list[DataFrame]:  # type: ignore[no-untyped-def]
         from pyspark.sql import Observation

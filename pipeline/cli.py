@@ -82,6 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     changelog.add_argument("--streams", help="comma-separated Kinesis streams (overrides kinesis.streams)")
     changelog.set_defaults(handler=cmd_changelog)
 
+    dead = commands.add_parser("dead-letters", help="list the records the changelog stage could not land, or "
+                               "land them once the cause is fixed")
+    dead_actions = dead.add_subparsers(dest="action", required=True)
+    dead_list = dead_actions.add_parser("list", help="dead letters by topic, table and reason")
+    dead_list.add_argument("--topics", help="comma-separated topics (default: all)")
+    dead_list.add_argument("--json", action="store_true", help="one JSON object per reason")
+    dead_list.set_defaults(handler=cmd_dead_letters_list)
+    dead_replay = dead_actions.add_parser("replay", help="land dead letters through the stage again (exactly once)")
+    dead_replay.add_argument("--topics", help="comma-separated topics (default: all)")
+    dead_replay.add_argument("--error-class", help="only this reason, e.g. UnknownSchemaId")
+    dead_replay.set_defaults(handler=cmd_dead_letters_replay)
+
     mirror = commands.add_parser("mirror", help="merge new changelog rows into current-state mirror tables")
     mirror.add_argument("--tables", help="comma-separated changelog tables (default: mirror.tables, else all)")
     mirror.add_argument("--every", type=_interval, metavar="INTERVAL",
@@ -270,6 +282,37 @@ def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     check_services(cfg)  # before Spark starts: an outage is named in seconds, not after the JVM is up
     ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK
+
+
+def cmd_dead_letters_list(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from pipeline import dead_letters
+    from pipeline.spark import get_spark
+
+    found = dead_letters.reasons(cfg, get_spark(cfg), _split(args.topics))
+    if args.json:
+        for reason in found:
+            print(json.dumps(dataclasses.asdict(reason)))
+        return EXIT_OK
+    if not found:
+        print("no dead letters")
+        return EXIT_OK
+    print(f"{'count':>8}  {'table':<28} {'error class':<18} reason (topic; first and last seen)")
+    for r in found:
+        print(f"{r.count:>8}  {r.table:<28} {r.error_class:<18} {r.error_message} "
+              f"({r.topic}; {r.first_seen} .. {r.last_seen})")
+    return EXIT_OK
+
+
+def cmd_dead_letters_replay(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline import dead_letters
+    from pipeline.spark import get_spark
+
+    report = dead_letters.replay(cfg, get_spark(cfg), _split(args.topics), args.error_class)
+    print(report.line())
+    return EXIT_OK if not report.still_failing else EXIT_FAILED
 
 
 def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:

@@ -194,6 +194,18 @@ class KinesisSettings(_Section):
         return position
 
 
+class DeadLetterSettings(_Section):
+    """How many dead letters a batch may produce before the stage stops: a misconfigured converter or registry
+    turns whole tables into dead letters, which must halt the stage rather than leave a mirror silently wrong."""
+
+    max_fraction: float | None = Field(0.1, ge=0, le=1, description="stop when more than this fraction of a "
+                                       "table's records in one batch are dead letters; unset: no bound")
+    max_count: int | None = Field(None, ge=0, description="stop when one batch dead-letters more than this many "
+                                  "records of one table; unset: no bound")
+    min_records: int = Field(100, ge=1, description="max_fraction is judged only for a table that brought at "
+                             "least this many records in the batch (max_count always is)")
+
+
 class ChangelogSettings(_Section):
     """The changelog stage: which topics, how fast, and where its tables and checkpoint live."""
 
@@ -206,6 +218,7 @@ class ChangelogSettings(_Section):
     checkpoint: str | None = Field(None, description="a path or URI (s3://…); defaults to <home>/checkpoints/changelog")
     namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     dead_letter_table: str = Field("dead_letters", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    dead_letters: DeadLetterSettings = DeadLetterSettings()
     max_restarts: int = Field(3, ge=0, description="restarts from the checkpoint after a failure, with backoff")
     max_outage_s: float = Field(0, ge=0, description="give up when Kafka or the registry stays unreachable this "
                                 "long (seconds); 0 waits for it forever")
