@@ -38,6 +38,7 @@ from pipeline.config import PipelineConfig
 from pipeline.sources.kinesis import changelog as kinesis
 from pipeline.sources.kinesis.client import KinesisUnavailable
 from registry.backend import RegistryError
+from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
@@ -154,7 +155,8 @@ class ChangelogStage:
             writer = (kinesis.read(self.spark, self.cfg).writeStream.foreachBatch(self._process)
                       .option("checkpointLocation", str(settings.checkpoint)).queryName("changelog"))
             return writer.trigger(processingTime="0 seconds" if until_caught_up else settings.trigger_interval).start()
-        reader = (self.spark.readStream.format("kafka").options(**kafka.spark_options(self.cfg.kafka))
+        reader = (self.spark.readStream.format("kafka")
+                  .options(**kafka.spark_options(self.cfg.kafka, headers=self.framing.reads_headers))
                   .option("startingOffsets", settings.starting_offsets).option("failOnDataLoss", "false"))
         if settings.topics:
             reader = reader.option("subscribe", ",".join(settings.topics))
@@ -322,7 +324,7 @@ class ChangelogStage:
         from pyspark.sql import functions as F
 
         report = BatchReport(batch_id)
-        schema_id, compressed = self.framing.schema_id(), self.framing.compressed()
+        schema_id, compressed = self.framing.schema_id("headers" in batch.columns), self.framing.compressed()
         if self.cfg.changelog.source == "kinesis":  # DMS JSON only: no registry frames, no registry lookups
             batch = kinesis.kafka_shaped(batch, batch_id)
             schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
@@ -338,8 +340,7 @@ class ChangelogStage:
             dead = []
             if any(plan.unframed for plan in plans.values()):
                 dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
-                                       f"not a {self.framing.wire} registry frame nor a DMS JSON object: "
-                                       f"the first byte must be {self.framing.magic} and a schema id follow"))
+                                       f"neither {self.framing.expected} nor a DMS JSON object"))
             for topic, plan in sorted(plans.items()):
                 dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, batch_id, report)
             self._append_dead_letters(dead, batch_id, report)
@@ -387,18 +388,16 @@ class ChangelogStage:
         db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
         decoded: list[tuple[str, DataFrame, str, str]] = []  # (format, rows with `v` and `_valid`, dead letter)
         dead: list[DataFrame] = []
-        unknown: list[str] = []
+        unresolved: dict[tuple[str, str], list[str]] = {}  # (error class, reason) -> ids
         by_reader: dict[str, dict[str, str]] = {}
-        for schema_id in sorted(plan.framed):
-            writer = self.resolver.writer(schema_id)
-            if writer is None:
-                unknown.append(schema_id)
+        for schema_id, writer in self.resolver.writers(plan.topic, plan.framed).items():
+            if isinstance(writer, UnresolvedSchemaId):
+                unresolved.setdefault((writer.error_class, str(writer)), []).append(schema_id)
             else:
                 by_reader.setdefault(self.resolver.reader(plan.topic, writer), {})[schema_id] = writer
         framed = rows.where(F.col("kind") == Kind.FRAMED.value)
-        if unknown:
-            dead.append(self._dead(framed.where(F.col("schema_id").isin(unknown)), "UnknownSchemaId",
-                                   f"the schema id is not in the registry at {self.resolver.address}"))
+        for (error_class, reason), ids in unresolved.items():
+            dead.append(self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason))
         for reader, writers in by_reader.items():
             fmt = detect_format(json.loads(reader))
             part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader,
