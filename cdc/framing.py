@@ -154,11 +154,12 @@ def _header(name: str) -> Column:
 
 
 def _header_id() -> Column:
-    """`global:<id>` or `content:<id>` from Apicurio's value headers, when the body is Avro binary."""
+    """`global:<id>` or `content:<id>` from Apicurio's value headers, when there is a body and it is Avro binary."""
     encoding = _header(VALUE_ENCODING_HEADER).cast("string")
     ids = [F.when(F.length(_header(name)) == 8, F.concat(F.lit(f"{kind}:"), F.conv(F.hex(_header(name)), 16, 10)))
            for kind, name in VALUE_ID_HEADERS.items()]
-    return F.when(encoding.isNull() | (F.upper(encoding) == "BINARY"), F.coalesce(*ids))
+    binary = encoding.isNull() | (F.upper(encoding) == "BINARY")
+    return F.when(F.col("value").isNotNull() & binary, F.coalesce(*ids))
 
 
 def kind(schema_id: Column) -> Column:
