@@ -31,7 +31,8 @@ def spark_options(kafka: KafkaSettings, headers: bool = False) -> dict[str, str]
     override the source defaults. `headers` adds the records' headers as a `headers` column (where Apicurio's
     serdes put schema ids)."""
     client = {f"kafka.{key}": value for key, value in client_conf(kafka).items()}
-    return {**SPARK_SOURCE_DEFAULTS, **client, **({"includeHeaders": "true"} if headers else {})}  # type: ignore[dict-item]
+    options = {**SPARK_SOURCE_DEFAULTS, **client}
+    return {**options, "includeHeaders": "true"} if headers else options  # type: ignore[return-value]
 
 
 def topic_names(kafka: KafkaSettings, timeout_s: float = 10.0) -> set[str]:

@@ -25,7 +25,7 @@ import structlog
 
 from registry.apicurio import ApicurioClient
 from registry.avro import avro_schema
-from registry.backend import RegistryError
+from registry.backend import unless_not_found
 from registry.ids import AMBIGUOUS, ID_KINDS, IdKind, UnresolvedSchemaId, WireId
 from registry.subjects import SubjectStrategy, subject_name
 
@@ -92,12 +92,7 @@ class ApicurioIds:
 
     def _text(self, kind: IdKind, schema_id: int) -> str | None:
         lookup: Callable[[int], str] = self.client.by_content_id if kind == "content" else self.client.by_global_id
-        try:
-            return lookup(schema_id)
-        except RegistryError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return unless_not_found(lambda: lookup(schema_id))
 
     def _subject_holds(self, topic: str, text: str, kind: IdKind, schema_id: int) -> bool:
         subject = subject_name(self.strategy, topic, avro_schema(text).full_name)

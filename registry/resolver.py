@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 from pipeline.config import AwsSettings, RegistrySettings
 from registry.apicurio import ApicurioClient
 from registry.avro import avro_schema
-from registry.backend import RegistryError, SchemaRegistry
+from registry.backend import RegistryError, SchemaRegistry, not_found, unless_not_found
 from registry.ccompat import ConfluentCompatClient
 from registry.factory import schema_registry
 from registry.glue import GlueRegistry
@@ -27,16 +27,8 @@ from registry.ids import AMBIGUOUS, UNKNOWN, UnresolvedSchemaId, WireId
 from registry.payload_ids import ApicurioIds
 from registry.subjects import SubjectStrategy, subject_name
 
-NOT_FOUND = 404
-
-
 class SubjectNotFound(RegistryError):
     """The subject a topic's writer schemas belong to has no version in the registry."""
-
-
-def _not_found(exc: RegistryError) -> bool:
-    """Glue says EntityNotFoundException with HTTP 400; the REST registries say 404."""
-    return exc.status == NOT_FOUND or "EntityNotFound" in str(exc)
 
 
 @dataclass
@@ -54,7 +46,8 @@ class SchemaResolver:
 
     def check(self) -> None:
         """Raise RegistryError naming the registry when it does not answer (an id it does not know is fine)."""
-        self._ask(lambda: self.registry.schema(uuid.UUID(int=0) if isinstance(self.registry, GlueRegistry) else 0))
+        nothing = uuid.UUID(int=0) if isinstance(self.registry, GlueRegistry) else 0
+        unless_not_found(lambda: self.registry.schema(nothing))
 
     def writer(self, schema_id: str, topic: str = "") -> str:
         """The writer schema's text for an id of `topic`'s values. Raises UnresolvedSchemaId when the registry
@@ -95,7 +88,7 @@ class SchemaResolver:
         if wire_id.kind is not None:
             raise UnresolvedSchemaId(UNKNOWN, f"{wire_id.describe()} is an Apicurio id, and the "
                                      f"registry at {self.address} is not an Apicurio: point registry.url at it")
-        return self._ask(lambda: self.registry.schema(wire_id.value))
+        return unless_not_found(lambda: self.registry.schema(wire_id.value))
 
     def _unknown(self, wire_id: WireId) -> str:
         where = f"the registry at {self.address}"
@@ -105,22 +98,13 @@ class SchemaResolver:
         return (f"{wire_id.describe()} is not in {where}, asked again after {self.retry_s:g} s: the producer "
                 "registered its schema in another registry, or it was deleted")
 
-    @staticmethod
-    def _ask(lookup: Callable[[], str]) -> str | None:
-        try:
-            return lookup()
-        except RegistryError as exc:
-            if _not_found(exc):
-                return None
-            raise
-
     def reader(self, topic: str, writer: str) -> str:
         """The latest version of the value subject `writer` belongs to (by the configured naming strategy)."""
         subject = subject_name(self.strategy, topic, avro_schema(writer).full_name)
         try:
             return self.latest_text(subject)
         except RegistryError as exc:
-            if not _not_found(exc):
+            if not not_found(exc):
                 raise
             raise SubjectNotFound(
                 f"topic {topic} carries registry-framed messages, but the subject {subject} has no schema at "

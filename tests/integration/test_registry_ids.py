@@ -36,7 +36,8 @@ def _unwrapped(topic: str, version: int) -> dict:
     columns = [("name", "string"), *([("email", "string")] if version == 2 else [])]
     return {"type": "record", "name": "Value", "namespace": topic,
             "fields": [{"name": "id", "type": "int"},
-                       *[{"name": name, "type": ["null", kind], "default": None} for name, kind in [*columns, *_METADATA]]]}
+                       *[{"name": name, "type": ["null", kind], "default": None}
+                         for name, kind in [*columns, *_METADATA]]]}
 
 
 def _long(value: int) -> bytes:

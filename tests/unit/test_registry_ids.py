@@ -20,7 +20,8 @@ SUBJECT = f"{TOPIC}-value"
 
 
 def _schema(name: str, namespace: str = TOPIC) -> str:
-    return json.dumps({"type": "record", "name": name, "namespace": namespace, "fields": [{"name": "id", "type": "int"}]})
+    return json.dumps({"type": "record", "name": name, "namespace": namespace,
+                       "fields": [{"name": "id", "type": "int"}]})
 
 
 V1, V2, OTHER = _schema("V1"), _schema("V2"), _schema("Other", "shop.public.customers")
