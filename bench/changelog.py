@@ -101,7 +101,7 @@ def time_baseline(cfg: PipelineConfig, spark, topic: str, schema: str, home: Pat
               .option("subscribe", topic).option("startingOffsets", "earliest"))
     if cfg.changelog.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(cfg.changelog.max_offsets_per_trigger))
-    rows = reader.load().select(from_avro(Framing.of(cfg.registry.wire_format).body(), schema).alias("v")).select("v.*")
+    rows = reader.load().select(from_avro(Framing.of(cfg.registry.written_wire_format).body(), schema).alias("v")).select("v.*")
     table = f"{cfg.catalog.name}.bench.{topic.replace('-', '_').replace('.', '_')}"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.bench")
     started = time.perf_counter()

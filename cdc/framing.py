@@ -1,16 +1,28 @@
-"""What a Kafka value is, read from its first bytes as Spark column expressions, so a batch is classified and
-its Avro body cut out on the JVM without a row going through Python.
+"""What a Kafka value is, read from its headers and first bytes as Spark column expressions, so a batch is
+classified and its Avro body cut out on the JVM without a row going through Python.
 
-A value is a tombstone (null), DMS JSON (a JSON object: first byte `{`), a registry frame in the configured
-wire format (`registry/wire.py`: Confluent magic 0 + 4-byte id, Apicurio legacy magic 0 + 8-byte global id,
-Glue version byte 3 + compression byte + 16-byte schema version UUID), or unframed (a dead letter).
-The schema id is a string column (a decimal id, or a Glue UUID in its canonical text), as `_schema_id` is.
-Glue bodies may be zlib-compressed (compression byte 5); only those rows go through Python to be inflated,
-since Spark has no zlib function.
+A value is a tombstone (null), registry-backed Avro, DMS JSON (a JSON object: first byte `{`), or unframed (a
+dead letter). Registry-backed Avro names its writer schema in one of these ways (`registry/wire.py`):
+- Apicurio's Kafka headers `apicurio.value.globalId` / `apicurio.value.contentId` (8-byte big-endian longs; the
+  value is the Avro body alone, `apicurio.value.encoding` absent or BINARY);
+- Confluent's frame: magic 0 + a 4-byte id (Apicurio 3.x writes content ids in it by default, or global ids);
+- Apicurio's legacy frame: magic 0 + an 8-byte id (global by default);
+- Glue's: version byte 3 + compression byte (0 or 5: zlib) + the 16-byte schema version UUID.
+
+`registry.wire_format = "auto"` tells them apart per record, in that order: headers first (a plain Avro body may
+well start with byte 0), then the first byte. Magic 0 starts both payload frames; the rule is that an id whose
+first four bytes are zero is an 8-byte id. Real ids are small: a Confluent 4-byte id of 0 (no registry issues one)
+would be misread, and so would an 8-byte id of 2^32 or more (no registry counts that far), nothing else.
+A configured format reads only its own frame, from the payload, as before.
+
+The schema id is a string column (`registry/ids.py`): `global:42` / `content:7` from headers, a bare number
+from a payload frame, a Glue UUID in its canonical text; the body's offset follows from it. Glue bodies may be
+zlib-compressed; only those rows go through Python to be inflated, since Spark has no zlib function.
 """
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,7 +31,10 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
+from registry.ids import VALUE_ENCODING_HEADER, VALUE_ID_HEADERS
 from registry.wire import CONFLUENT_MAGIC, GLUE_UNCOMPRESSED, GLUE_VERSION, GLUE_ZLIB, WireFormat
+
+AUTO = "auto"
 
 
 class Kind(StrEnum):
@@ -30,8 +45,8 @@ class Kind(StrEnum):
 
 
 @dataclass(frozen=True)
-class Framing:
-    """A wire format's header: its first byte, its length, where the id sits and how long it is."""
+class PayloadFrame:
+    """A wire format's header in the payload: its first byte, its length, where the id sits and how long it is."""
 
     wire: WireFormat
     magic: int
@@ -40,46 +55,119 @@ class Framing:
     id_bytes: int
 
     @classmethod
-    def of(cls, wire: WireFormat | str) -> Framing:
-        wire = WireFormat(wire)
+    def of(cls, wire: WireFormat) -> PayloadFrame:
         if wire is WireFormat.GLUE:
             return cls(wire, GLUE_VERSION, 18, 3, 16)
-        return cls(wire, CONFLUENT_MAGIC, 5 if wire is WireFormat.CONFLUENT else 9, 2,
-                   4 if wire is WireFormat.CONFLUENT else 8)
+        legacy = wire is WireFormat.APICURIO_LEGACY
+        return cls(wire, CONFLUENT_MAGIC, 9 if legacy else 5, 2, 8 if legacy else 4)
 
-    def schema_id(self) -> Column:
-        """The writer schema id as text, or null when the value does not carry this header."""
-        raw = F.substring("value", self.id_offset, self.id_bytes)
+    def present(self) -> Column:
+        """The value starts with this header (for Glue, with a compression byte it knows)."""
+        starts = (F.length("value") >= self.header_bytes) & (F.substring("value", 1, 1) == F.lit(bytes([self.magic])))
         if self.wire is WireFormat.GLUE:
-            text = F.lower(F.hex(raw))
-            uuid = F.concat_ws("-", *[F.substring(text, start, length)
-                                      for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))])
-            framed = F.substring("value", 2, 1).isin(bytes([GLUE_UNCOMPRESSED]), bytes([GLUE_ZLIB]))
-            return F.when(self._magic() & framed, uuid)
-        return F.when(self._magic(), F.conv(F.hex(raw), 16, 10))
+            return starts & F.substring("value", 2, 1).isin(bytes([GLUE_UNCOMPRESSED]), bytes([GLUE_ZLIB]))
+        return starts
+
+    def id_text(self) -> Column:
+        raw = F.substring("value", self.id_offset, self.id_bytes)
+        if self.wire is not WireFormat.GLUE:
+            return F.conv(F.hex(raw), 16, 10)
+        text = F.lower(F.hex(raw))
+        return F.concat_ws("-", *[F.substring(text, start, length)
+                                  for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))])
+
+
+_GLUE, _LEGACY, _CONFLUENT = (PayloadFrame.of(wire) for wire in
+                              (WireFormat.GLUE, WireFormat.APICURIO_LEGACY, WireFormat.CONFLUENT))
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How the stage finds a value's writer schema id and Avro body: `auto`, or one configured wire format."""
+
+    wire: str  # "auto" or a WireFormat value
+
+    @classmethod
+    def of(cls, wire: str) -> Framing:
+        return cls(wire if wire == AUTO else WireFormat(wire).value)
+
+    @property
+    def reads_headers(self) -> bool:
+        """Whether the Kafka source must deliver the records' headers."""
+        return self.wire == AUTO
+
+    @property
+    def expected(self) -> str:
+        """What a registry-backed value looks like, in words, for the dead letters of those that do not."""
+        if self.wire != AUTO:
+            frame = PayloadFrame.of(WireFormat(self.wire))
+            return f"a {self.wire} registry frame (first byte {frame.magic}, then the schema id)"
+        return ("a registry frame (first byte 0: Confluent or Apicurio legacy, 3: Glue, then the schema id) "
+                f"or Avro with its schema id in a {' or '.join(VALUE_ID_HEADERS.values())} Kafka header")
+
+    def schema_id(self, headers: bool = True) -> Column:
+        """The writer schema id as text, or null when the value names none. `headers`: the rows have Kafka's
+        `headers` column (ids from headers are read only then)."""
+        ids = [F.when(present, frame.id_text()) for present, frame in self._frames()]
+        if self.reads_headers and headers:
+            ids.insert(0, _header_id())
+        return F.coalesce(*ids) if len(ids) > 1 else ids[0]
 
     def compressed(self) -> Column:
         """True for a Glue frame whose body is zlib-compressed."""
-        if self.wire is not WireFormat.GLUE:
+        if self.wire not in (AUTO, WireFormat.GLUE):
             return F.lit(False)
-        return self._magic() & (F.substring("value", 2, 1) == F.lit(bytes([GLUE_ZLIB])))
+        return _GLUE.present() & (F.substring("value", 2, 1) == F.lit(bytes([GLUE_ZLIB])))
 
     def body(self, inflate: bool = False) -> Column:
-        """The Avro body. With `inflate`, compressed bodies are inflated (null when they do not inflate, so the
-        row decodes as malformed); leave it off for batches without compressed rows, to keep them on the JVM."""
-        body = F.expr(f"substring(value, {self.header_bytes + 1}, length(value) - {self.header_bytes})")
-        return F.when(self.compressed(), _inflate(body)).otherwise(body) if inflate else body
+        """The Avro body (under `auto`, of rows that have their `schema_id` column). With `inflate`, compressed
+        bodies are inflated (null when they do not inflate, so the row decodes as malformed); leave it off for
+        batches without compressed rows, to keep them on the JVM."""
+        offsets = [(present, frame.header_bytes) for present, frame in self._frames()]
+        if self.reads_headers:
+            offsets.insert(0, (_from_headers(), 0))
+        first, *rest = offsets
+        offset = functools.reduce(lambda acc, case: acc.when(case[0], F.lit(case[1])), rest,
+                                  F.when(first[0], F.lit(first[1])))
+        body = F.col("value").substr(offset + 1, F.length("value") - offset)
+        if not inflate:
+            return body
+        compressed = self.compressed() & ~_from_headers() if self.reads_headers else self.compressed()
+        return F.when(compressed, _inflate(body)).otherwise(body)
 
-    def _magic(self) -> Column:
-        return (F.length("value") >= self.header_bytes) & (F.substring("value", 1, 1) == F.lit(bytes([self.magic])))
+    def _frames(self) -> list[tuple[Column, PayloadFrame]]:
+        """The payload frames this framing reads, each with the condition that picks it, in the order tried."""
+        if self.wire != AUTO:
+            frame = PayloadFrame.of(WireFormat(self.wire))
+            return [(frame.present(), frame)]
+        eight_byte = F.substring("value", 2, 4) == F.lit(bytes(4))
+        return [(_GLUE.present(), _GLUE), (_LEGACY.present() & eight_byte, _LEGACY), (_CONFLUENT.present(), _CONFLUENT)]
+
+
+def _from_headers() -> Column:
+    return F.col("schema_id").contains(":")
+
+
+def _header(name: str) -> Column:
+    """The value of the record's last header called `name` (as Kafka's `lastHeader`), or null."""
+    return F.try_element_at(F.filter("headers", lambda header: header["key"] == name), F.lit(-1))["value"]
+
+
+def _header_id() -> Column:
+    """`global:<id>` or `content:<id>` from Apicurio's value headers, when there is a body and it is Avro binary."""
+    encoding = _header(VALUE_ENCODING_HEADER).cast("string")
+    ids = [F.when(F.length(_header(name)) == 8, F.concat(F.lit(f"{kind}:"), F.conv(F.hex(_header(name)), 16, 10)))
+           for kind, name in VALUE_ID_HEADERS.items()]
+    binary = encoding.isNull() | (F.upper(encoding) == "BINARY")
+    return F.when(F.col("value").isNotNull() & binary, F.coalesce(*ids))
 
 
 def kind(schema_id: Column) -> Column:
-    """Classify a value, given its `Framing.schema_id()`; DMS JSON is told by its opening brace, which no
-    registry frame starts with."""
+    """Classify a value, given its `Framing.schema_id()`. A named schema id wins over the opening brace of DMS
+    JSON: no payload frame starts with `{`, and a body whose id is in the headers may."""
     return (F.when(F.col("value").isNull(), F.lit(Kind.TOMBSTONE.value))
-            .when(F.substring("value", 1, 1) == F.lit(b"{"), F.lit(Kind.JSON.value))
             .when(schema_id.isNotNull(), F.lit(Kind.FRAMED.value))
+            .when(F.substring("value", 1, 1) == F.lit(b"{"), F.lit(Kind.JSON.value))
             .otherwise(F.lit(Kind.UNFRAMED.value)))
 
 

@@ -39,6 +39,7 @@ from pipeline.config import DeadLetterSettings, PipelineConfig
 from pipeline.sources.kinesis import changelog as kinesis
 from pipeline.sources.kinesis.client import KinesisUnavailable
 from registry.backend import RegistryError
+from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = structlog.get_logger(__name__)
+
+CARRIED = ("headers",)  # Kafka headers (registry ids may travel there): kept with a dead letter, for its replay
 
 
 class StageError(RuntimeError):
@@ -182,7 +185,8 @@ class ChangelogStage:
             writer = (kinesis.read(self.spark, self.cfg).writeStream.foreachBatch(self._process)
                       .option("checkpointLocation", str(settings.checkpoint)).queryName("changelog"))
             return writer.trigger(processingTime="0 seconds" if until_caught_up else settings.trigger_interval).start()
-        reader = (self.spark.readStream.format("kafka").options(**kafka.spark_options(self.cfg.kafka))
+        reader = (self.spark.readStream.format("kafka")
+                  .options(**kafka.spark_options(self.cfg.kafka, headers=self.framing.reads_headers))
                   .option("startingOffsets", settings.starting_offsets).option("failOnDataLoss", "false"))
         if settings.topics:
             reader = reader.option("subscribe", ",".join(settings.topics))
@@ -380,10 +384,10 @@ class ChangelogStage:
         from pyspark.sql import functions as F
 
         batch_id = report.batch_id
-        schema_id, compressed = self.framing.schema_id(), self.framing.compressed()
+        schema_id, compressed = self.framing.schema_id("headers" in batch.columns), self.framing.compressed()
         if self.cfg.changelog.source == "kinesis":  # DMS JSON only: no registry frames, no registry lookups
             schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
-        transport = [name for name in TRANSPORT_EXTRAS if name in batch.columns]
+        transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            schema_id.alias("schema_id"), compressed.alias("compressed"))
         raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
@@ -396,8 +400,7 @@ class ChangelogStage:
             dead = []
             if any(plan.unframed for plan in plans.values()):
                 dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
-                                       f"not a {self.framing.wire} registry frame nor a DMS JSON object: "
-                                       f"the first byte must be {self.framing.magic} and a schema id follow"))
+                                       f"neither {self.framing.expected} nor a DMS JSON object"))
             for topic, plan in sorted(plans.items()):
                 dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, batch_id, report)
             self._append_dead_letters(dead, report, store_dead_letters)
@@ -455,18 +458,16 @@ class ChangelogStage:
         db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
         decoded: list[tuple[str, DataFrame, str, str]] = []  # (format, rows with `v` and `_valid`, dead letter)
         dead: list[DataFrame] = []
-        unknown: list[str] = []
+        unresolved: dict[tuple[str, str], list[str]] = {}  # (error class, reason) -> ids
         by_reader: dict[str, dict[str, str]] = {}
-        for schema_id in sorted(plan.framed):
-            writer = self.resolver.writer(schema_id)
-            if writer is None:
-                unknown.append(schema_id)
+        for schema_id, writer in self.resolver.writers(plan.topic, plan.framed).items():
+            if isinstance(writer, UnresolvedSchemaId):
+                unresolved.setdefault((writer.error_class, str(writer)), []).append(schema_id)
             else:
                 by_reader.setdefault(self.resolver.reader(plan.topic, writer), {})[schema_id] = writer
         framed = rows.where(F.col("kind") == Kind.FRAMED.value)
-        if unknown:
-            dead.append(self._dead(framed.where(F.col("schema_id").isin(unknown)), "UnknownSchemaId",
-                                   f"the schema id is not in the registry at {self.resolver.address}"))
+        for (error_class, reason), ids in unresolved.items():
+            dead.append(self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason))
         for reader, writers in by_reader.items():
             schema = json.loads(reader)
             control = control_kind(schema)
@@ -504,7 +505,7 @@ class ChangelogStage:
     def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
         from pyspark.sql import functions as F
 
-        transport = [name for name in TRANSPORT_EXTRAS if name in rows.columns]
+        transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in rows.columns]
         return rows.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            F.col("schema_id").cast("string").alias("schema_id"),
                            F.lit(error_class).alias("error_class"), F.lit(message).alias("error_message"))

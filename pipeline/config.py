@@ -68,7 +68,10 @@ class RegistrySettings(_Section):
     backend: Literal["ccompat", "apicurio", "glue"] = "ccompat"
     url: str | None = Field(None, description="defaults to the embedded Apicurio")
     ccompat_path: str = Field("/apis/ccompat/v7", description="appended to url for ccompat; '' for Confluent SR")
-    wire_format: Literal["confluent", "apicurio-legacy", "glue"] = "confluent"
+    wire_format: Literal["auto", "confluent", "apicurio-legacy", "glue"] = "auto"
+    payload_id: Literal["auto", "content", "global"] = Field(
+        "auto", description="the Apicurio id kind a payload frame carries; auto decides per id and subject")
+    unknown_id_retry_s: float = Field(0.5, ge=0, description="an id the registry lacks is asked again this much later")
     subject_strategy: Literal["topic", "record", "topic-record"] = "topic"
     compatibility: Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
                            "FULL_TRANSITIVE", "NONE"] | None = "BACKWARD"
@@ -85,16 +88,44 @@ class RegistrySettings(_Section):
 
     @model_validator(mode="after")
     def _backend_matches_wire(self) -> RegistrySettings:
-        if (self.backend == "glue") != (self.wire_format == "glue"):
+        if self.wire_format != "auto" and (self.backend == "glue") != (self.wire_format == "glue"):
             raise ValueError("registry.backend = 'glue' and registry.wire_format = 'glue' go together: Glue names "
                              "schema versions by UUID, which only the Glue header carries")
         if self.wire_format == "apicurio-legacy" and self.backend != "apicurio":
             raise ValueError("registry.wire_format = 'apicurio-legacy' carries global ids: use registry.backend = 'apicurio'")
-        if self.glue_compression and self.wire_format != "glue":
+        if self.glue_compression and self.written_wire_format != "glue":
             raise ValueError("registry.glue_compression needs registry.wire_format = 'glue'")
+        if self.payload_id != "auto" and not self._is_apicurio:
+            raise ValueError(f"registry.payload_id = '{self.payload_id}' names an Apicurio id kind, but the registry "
+                             "is not an Apicurio (a Confluent Schema Registry has one kind of id, Glue names schema "
+                             "versions by UUID): leave registry.payload_id = 'auto'")
         if self.client_key and not self.client_cert:
             raise ValueError("registry.client_key needs registry.client_cert")
         return self
+
+    @property
+    def written_wire_format(self) -> str:
+        """The frame a serializer writes: `wire_format`, or under `auto` the backend's own (Glue's header for
+        Glue, the Confluent frame otherwise)."""
+        if self.wire_format != "auto":
+            return self.wire_format
+        return "glue" if self.backend == "glue" else "confluent"
+
+    @property
+    def apicurio_root(self) -> str | None:
+        """The Apicurio root URL when the registry is an Apicurio (the `apicurio` backend, or `ccompat` through
+        Apicurio's `/apis/ccompat/` API), whose native API tells global ids from content ids; else None."""
+        url = (self.url or "").rstrip("/")
+        if not url or not self._is_apicurio:
+            return None
+        return url.split("/apis/")[0]
+
+    @property
+    def _is_apicurio(self) -> bool:
+        if self.backend != "ccompat":
+            return self.backend == "apicurio"
+        url = self.url or ""
+        return "/apis/ccompat/" in (url if "/apis/" in url else self.ccompat_path + "/")
 
     @property
     def client_certificate(self) -> str | tuple[str, str] | None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
+KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp", "headers")
 POSITION = ("topic", "partition", "offset")
 
 

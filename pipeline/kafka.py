@@ -26,11 +26,13 @@ def client_conf(kafka: KafkaSettings, **extra: str | int | bool) -> dict[str, st
 SPARK_SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
 
 
-def spark_options(kafka: KafkaSettings) -> dict[str, str]:
+def spark_options(kafka: KafkaSettings, headers: bool = False) -> dict[str, str]:
     """Options for Spark's Kafka source, where client settings carry a `kafka.` prefix; `kafka.properties`
-    override the source defaults."""
+    override the source defaults. `headers` adds the records' headers as a `headers` column (where Apicurio's
+    serdes put schema ids)."""
     client = {f"kafka.{key}": value for key, value in client_conf(kafka).items()}
-    return {**SPARK_SOURCE_DEFAULTS, **client}  # type: ignore[dict-item]
+    options = {**SPARK_SOURCE_DEFAULTS, **client}
+    return {**options, "includeHeaders": "true"} if headers else options  # type: ignore[return-value]
 
 
 def topic_names(kafka: KafkaSettings, timeout_s: float = 10.0) -> set[str]:

@@ -60,7 +60,7 @@ class ApicurioClient:
         Confluent frame (Apicurio 3.x's default); `ids` overrides.
         """
         root = (settings.url or "").rstrip("/").split("/apis/")[0]
-        ids = ids or ("globalId" if settings.wire_format == "apicurio-legacy" else "contentId")
+        ids = ids or ("globalId" if settings.written_wire_format == "apicurio-legacy" else "contentId")
         return cls(root + APICURIO_NATIVE_PATH, registry_session(settings), settings.timeout_s,
                    settings.group, ids, settings.compatibility)
 
@@ -116,6 +116,13 @@ class ApicurioClient:
 
     def by_content_id(self, content_id: int) -> str:
         return self._content("contentId", content_id)
+
+    def holds(self, artifact_id: str, kind: IdKind, schema_id: int, group: str | None = None) -> bool:
+        """Whether a version of the artifact has this global or content id (a search, so no paging)."""
+        group = group or self.group
+        params = {"groupId": group, "artifactId": artifact_id, kind: schema_id, "limit": 1}
+        found = self._rest.call("GET", "/search/versions", f"artifact {group}/{artifact_id}", params=params).json()
+        return int(found["count"]) > 0
 
     def register(self, subject: str, schema: dict[str, Any] | str) -> int:
         """The serializer's view: the subject is the artifact id in this client's group."""

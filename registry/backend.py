@@ -23,6 +23,22 @@ class RegistryError(RuntimeError):
         self.status = status
 
 
+def not_found(exc: RegistryError) -> bool:
+    """Whether the registry said it has no such id or subject: Glue says EntityNotFoundException with HTTP 400,
+    the REST registries say 404."""
+    return exc.status == 404 or "EntityNotFound" in str(exc)
+
+
+def unless_not_found(lookup: Callable[[], str]) -> str | None:
+    """The lookup's answer, or None when the registry has no such thing; other failures raise."""
+    try:
+        return lookup()
+    except RegistryError as exc:
+        if not_found(exc):
+            return None
+        raise
+
+
 class SchemaRegistry(Protocol):
     """A backend a serializer can use: ccompat, Apicurio native or Glue."""
 

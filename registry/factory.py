@@ -21,5 +21,5 @@ def schema_registry(settings: RegistrySettings, aws: AwsSettings) -> SchemaRegis
 
 
 def serde_from_settings(settings: RegistrySettings, aws: AwsSettings) -> AvroSerde:
-    return AvroSerde(schema_registry(settings, aws), WireFormat(settings.wire_format),
+    return AvroSerde(schema_registry(settings, aws), WireFormat(settings.written_wire_format),
                      SubjectStrategy(settings.subject_strategy), compress=settings.glue_compression)

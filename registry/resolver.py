@@ -1,36 +1,34 @@
 """Writer and reader schemas for a consumer that decodes elsewhere (Spark's `from_avro`): the writer schema a
 message's id names, and the reader schema (the latest version of the subject the writer belongs to).
 
-One interface over the three backends; the id is the text the wire header carries (a decimal id, or a Glue
-schema version UUID). Writers are cached by the backend clients (ids never change); the latest reader is
-asked for on every call, since a new version may be registered at any time.
+One interface over the three backends; the id is the text the framing produces (`registry/ids.py`). Against an
+Apicurio (the `apicurio` backend, or `ccompat` through Apicurio's ccompat API) ids are resolved through its
+native API, which knows both kinds of id (`registry/payload_ids.py`). An id the registry does not know is asked
+again `registry.unknown_id_retry_s` later (a producer may have registered it a moment ago) before it is given up.
+Writers are kept per topic and id (ids never change); the latest reader is asked for on every call, since a new
+version may be registered at any time.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
 
 from pipeline.config import AwsSettings, RegistrySettings
 from registry.apicurio import ApicurioClient
 from registry.avro import avro_schema
-from registry.backend import RegistryError, SchemaRegistry
+from registry.backend import RegistryError, SchemaRegistry, not_found, unless_not_found
 from registry.ccompat import ConfluentCompatClient
 from registry.factory import schema_registry
 from registry.glue import GlueRegistry
+from registry.ids import AMBIGUOUS, UNKNOWN, UnresolvedSchemaId, WireId
+from registry.payload_ids import ApicurioIds
 from registry.subjects import SubjectStrategy, subject_name
-
-NOT_FOUND = 404
-
 
 class SubjectNotFound(RegistryError):
     """The subject a topic's writer schemas belong to has no version in the registry."""
-
-
-def _not_found(exc: RegistryError) -> bool:
-    """Glue says EntityNotFoundException with HTTP 400; the REST registries say 404."""
-    return exc.status == NOT_FOUND or "EntityNotFound" in str(exc)
 
 
 @dataclass
@@ -38,6 +36,9 @@ class SchemaResolver:
     registry: SchemaRegistry
     strategy: SubjectStrategy
     latest_text: Callable[[str], str]  # the subject's latest schema text; raises RegistryError
+    apicurio: ApicurioIds | None = None  # ids by kind, when the registry is an Apicurio
+    retry_s: float = 0.5
+    _writers: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
 
     @property
     def address(self) -> str:
@@ -45,17 +46,57 @@ class SchemaResolver:
 
     def check(self) -> None:
         """Raise RegistryError naming the registry when it does not answer (an id it does not know is fine)."""
-        self.writer(str(uuid.UUID(int=0)) if isinstance(self.registry, GlueRegistry) else "0")
+        nothing = uuid.UUID(int=0) if isinstance(self.registry, GlueRegistry) else 0
+        unless_not_found(lambda: self.registry.schema(nothing))
 
-    def writer(self, schema_id: str) -> str | None:
-        """The writer schema's text, or None when the registry does not know the id."""
-        key: Any = uuid.UUID(schema_id) if isinstance(self.registry, GlueRegistry) else int(schema_id)
+    def writer(self, schema_id: str, topic: str = "") -> str:
+        """The writer schema's text for an id of `topic`'s values. Raises UnresolvedSchemaId when the registry
+        does not know the id (after asking twice) or it names two schemas, RegistryError when it does not answer."""
+        text = self._writers.get((topic, schema_id))
+        if text is None:
+            wire_id = WireId.parse(schema_id)
+            text = self._find(wire_id, topic)
+            if text is None:
+                time.sleep(self.retry_s)
+                text = self._find(wire_id, topic)
+            if text is None:
+                raise UnresolvedSchemaId(UNKNOWN, self._unknown(wire_id))
+            self._writers[(topic, schema_id)] = text
+        return text
+
+    def writers(self, topic: str, schema_ids: Iterable[str]) -> dict[str, str | UnresolvedSchemaId]:
+        """`writer` for each of a batch's ids of one topic: the schema text, or why there is none. Ids found
+        ambiguous are asked again after the others, which may have shown the kind the topic's producer writes."""
+        found = {schema_id: self._writer_or_why(schema_id, topic) for schema_id in sorted(schema_ids)}
+        for schema_id, result in found.items():
+            if isinstance(result, UnresolvedSchemaId) and result.error_class == AMBIGUOUS:
+                found[schema_id] = self._writer_or_why(schema_id, topic)
+        return found
+
+    def _writer_or_why(self, schema_id: str, topic: str) -> str | UnresolvedSchemaId:
         try:
-            return self.registry.schema(key)
-        except RegistryError as exc:
-            if _not_found(exc):
-                return None
-            raise
+            return self.writer(schema_id, topic)
+        except UnresolvedSchemaId as exc:
+            return exc
+
+    def _find(self, wire_id: WireId, topic: str) -> str | None:
+        if isinstance(wire_id.value, uuid.UUID) != isinstance(self.registry, GlueRegistry):
+            raise UnresolvedSchemaId(UNKNOWN, f"{wire_id.describe()} cannot name a schema in this "
+                                     f"registry ({self.address}): set registry.backend to the producer's")
+        if self.apicurio is not None:
+            return self.apicurio.writer(wire_id, topic)
+        if wire_id.kind is not None:
+            raise UnresolvedSchemaId(UNKNOWN, f"{wire_id.describe()} is an Apicurio id, and the "
+                                     f"registry at {self.address} is not an Apicurio: point registry.url at it")
+        return unless_not_found(lambda: self.registry.schema(wire_id.value))
+
+    def _unknown(self, wire_id: WireId) -> str:
+        where = f"the registry at {self.address}"
+        if self.apicurio is not None:
+            read_as = "" if wire_id.kind else f" (read {self.apicurio.read_as()})"
+            where = f"the Apicurio at {self.apicurio.address}{read_as}"
+        return (f"{wire_id.describe()} is not in {where}, asked again after {self.retry_s:g} s: the producer "
+                "registered its schema in another registry, or it was deleted")
 
     def reader(self, topic: str, writer: str) -> str:
         """The latest version of the value subject `writer` belongs to (by the configured naming strategy)."""
@@ -63,7 +104,7 @@ class SchemaResolver:
         try:
             return self.latest_text(subject)
         except RegistryError as exc:
-            if not _not_found(exc):
+            if not not_found(exc):
                 raise
             raise SubjectNotFound(
                 f"topic {topic} carries registry-framed messages, but the subject {subject} has no schema at "
@@ -73,7 +114,12 @@ class SchemaResolver:
 
 def resolver_from_settings(settings: RegistrySettings, aws: AwsSettings) -> SchemaResolver:
     registry = schema_registry(settings, aws)
-    return SchemaResolver(registry, SubjectStrategy(settings.subject_strategy), _latest(registry))
+    strategy = SubjectStrategy(settings.subject_strategy)
+    apicurio = None
+    if settings.apicurio_root is not None:
+        client = registry if isinstance(registry, ApicurioClient) else ApicurioClient.from_settings(settings)
+        apicurio = ApicurioIds(client, strategy, settings.payload_id)
+    return SchemaResolver(registry, strategy, _latest(registry), apicurio, settings.unknown_id_retry_s)
 
 
 def _latest(registry: SchemaRegistry) -> Callable[[str], str]:

@@ -6,8 +6,10 @@
 - glue (AWS Glue Schema Registry): header version byte 3, compression byte (0 none, 5 zlib), the 16-byte
   schema version UUID, the body (zlib-compressed when the compression byte says so).
 
-The format is configured. `detect` is offered where a header says what it is: byte 3 is Glue; byte 0 starts
-both Confluent and Apicurio-legacy frames, and no byte of the message tells them apart.
+A serializer writes the configured format. The changelog stage tells them apart per record on the JVM, Kafka
+headers included (`cdc/framing.py`, `registry.wire_format = "auto"`: an id whose first four bytes are zero is an
+8-byte id). `detect` here is strict, for Python callers: byte 3 is Glue; byte 0 starts both Confluent and
+Apicurio-legacy frames, and it refuses to guess.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ BACKENDS: dict[str, list[str]] = {  # the settings that select each backend and 
 
 def _configured(backend: str) -> tuple[WireFormat, Callable[[], SchemaRegistry]]:
     cfg = make_config(*BACKENDS[backend])
-    return WireFormat(cfg.registry.wire_format), lambda: schema_registry(cfg.registry, cfg.aws)
+    return WireFormat(cfg.registry.written_wire_format), lambda: schema_registry(cfg.registry, cfg.aws)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

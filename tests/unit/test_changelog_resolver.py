@@ -7,6 +7,7 @@ import json
 import pytest
 
 from registry.backend import RegistryError
+from registry.ids import UnresolvedSchemaId
 from registry.resolver import SchemaResolver, SubjectNotFound
 from registry.subjects import SubjectStrategy
 
@@ -40,12 +41,13 @@ def _resolver(strategy: SubjectStrategy = SubjectStrategy.TOPIC, down: bool = Fa
             raise RegistryError(f"no subject {subject}", status=404)
         return known[subject]
 
-    return SchemaResolver(FakeRegistry(down), strategy, latest)  # type: ignore[arg-type]
+    return SchemaResolver(FakeRegistry(down), strategy, latest, retry_s=0)  # type: ignore[arg-type]
 
 
-def test_an_id_the_registry_does_not_know_is_none_and_an_outage_raises() -> None:
+def test_an_id_the_registry_does_not_know_is_named_and_an_outage_raises() -> None:
     assert _resolver().writer("7") == WRITER
-    assert _resolver().writer("8") is None
+    with pytest.raises(UnresolvedSchemaId, match="payload schema id 8 is not in the registry at fake registry"):
+        _resolver().writer("8")
     with pytest.raises(RegistryError, match="unreachable"):
         _resolver(down=True).writer("7")
     with pytest.raises(RegistryError, match="unreachable"):

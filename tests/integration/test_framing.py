@@ -1,0 +1,66 @@
+"""The framing's Spark expressions on Kafka-shaped rows: the schema id per record, where it came from, the body."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+import zlib
+
+import pytest
+from pyspark.sql import functions as F
+
+from cdc.framing import Framing, kind
+
+pytestmark = pytest.mark.integration
+
+VERSION = uuid.UUID("0f5e2a3c-8d1b-4e6f-9a7c-1b2d3e4f5a6b")
+GLOBAL, CONTENT = "apicurio.value.globalId", "apicurio.value.contentId"
+BINARY = [("apicurio.value.encoding", b"BINARY")]
+
+
+def _long(value: int) -> bytes:
+    return struct.pack(">q", value)
+
+
+# (case, value, headers, expected schema id, expected kind, expected body)
+CASES = [
+    ("confluent 4-byte id", b"\x00" + (258).to_bytes(4) + b"body", [], "258", "framed", b"body"),
+    ("apicurio legacy 8-byte id", b"\x00" + (7).to_bytes(8) + b"body", [], "7", "framed", b"body"),
+    ("glue", b"\x03\x00" + VERSION.bytes + b"body", [], str(VERSION), "framed", b"body"),
+    ("glue, zlib", b"\x03\x05" + VERSION.bytes + zlib.compress(b"body"), [], str(VERSION), "framed", b"body"),
+    # Apicurio's converter with headers (its 2.x default): a plain Avro body, here one starting with byte 0
+    ("header global id", b"\x00\x02body", [(GLOBAL, _long(42)), *BINARY], "global:42", "framed", b"\x00\x02body"),
+    ("header content id, body starting with {", b"{body", [(CONTENT, _long(7))], "content:7", "framed", b"{body"),
+    ("the last header wins", b"\x02b", [(GLOBAL, _long(1)), (GLOBAL, _long(2))], "global:2", "framed", b"\x02b"),
+    ("a key's header is not the value's", b"\x00" + (5).to_bytes(4) + b"b", [("apicurio.key.globalId", _long(9))],
+     "5", "framed", b"b"),
+    ("Avro's JSON encoding is not Avro binary", b'{"id": 1}',
+     [(GLOBAL, _long(3)), ("apicurio.value.encoding", b"JSON")], None, "json", None),
+    ("DMS JSON", b'{"data": {}}', [], None, "json", None),
+    ("garbage", b"\x07garbage", [], None, "unframed", None),
+    ("tombstone", None, [(GLOBAL, _long(3))], None, "tombstone", None),
+]
+
+
+def _rows(spark, cases: list) -> list:
+    frame = spark.createDataFrame([(value, headers) for _, value, headers, *_ in cases],
+                                  "value binary, headers array<struct<key: string, value: binary>>")
+    framing = Framing.of("auto")
+    framed = frame.select("value", framing.schema_id().alias("schema_id")).withColumn("kind", kind(F.col("schema_id")))
+    return framed.withColumn("body", framing.body(inflate=True)).collect()
+
+
+def test_each_framing_is_found_per_record(spark) -> None:
+    for (case, _, _, schema_id, value_kind, body), row in zip(CASES, _rows(spark, CASES)):
+        assert (row["schema_id"], row["kind"]) == (schema_id, value_kind), case
+        if value_kind == "framed":
+            assert bytes(row["body"]) == body, case
+
+
+def test_a_configured_framing_reads_only_its_payload_frame(spark) -> None:
+    frame = spark.createDataFrame([(b"\x00" + (7).to_bytes(8) + b"body", [(GLOBAL, _long(42))])],
+                                  "value binary, headers array<struct<key: string, value: binary>>")
+    legacy = Framing.of("apicurio-legacy")
+    row = frame.select("value", legacy.schema_id().alias("schema_id")).withColumn("body", legacy.body()).first()
+    assert (row["schema_id"], bytes(row["body"])) == ("7", b"body") and not legacy.reads_headers
+    assert "first byte 0" in legacy.expected and "apicurio.value.globalId" in Framing.of("auto").expected
