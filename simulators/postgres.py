@@ -117,6 +117,7 @@ class ShopDriver:
         self.deleted_customers: set[int] = set()
         self.orders: set[int] = set()
         self.gone_orders: set[int] = set()
+        self.truncated: set[int] = set()  # the order keys a TRUNCATE removed
         self.next_customer = 1  # the serial's next value: only inserts that take the default advance it
         self.next_order = 10_000_000_000  # beyond int: exercises bigint
         self.coupon_added = False
@@ -138,6 +139,7 @@ class ShopDriver:
                 summary.add("add_column")
             elif n == int(operations * 0.6):
                 statements.append("TRUNCATE orders;")
+                self.truncated |= self.orders
                 self.gone_orders |= self.orders
                 self.orders.clear()
                 summary.add("truncate")
@@ -317,8 +319,10 @@ class Comparison:
     def ok(self) -> bool:
         return not self.type_mismatches and self.verdict.mismatches == 0
 
-    def lines(self) -> list[str]:
-        return [*self.verdict.lines(), *[f"  type     {m}" for m in self.type_mismatches]]
+    def lines(self, width: int = 240) -> list[str]:
+        """The report, each line cut to `width` (a TOAST column's values run to kilobytes)."""
+        lines = [*self.verdict.lines(), *[f"  type     {m}" for m in self.type_mismatches]]
+        return [line if len(line) <= width else line[:width] + " ..." for line in lines]
 
 
 def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_table: str,
