@@ -28,6 +28,7 @@ class PostgresSource:
     topic_prefix: str
     tables: tuple[str, ...]  # schema.table
     unwrap: bool = False
+    database: str | None = None  # default: stack.postgres_database
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -49,7 +50,7 @@ def connector_config(cfg: PipelineConfig, source: PostgresSource) -> dict[str, s
         "database.port": str(s.postgres_port),
         "database.user": SUPERUSER,
         "database.password": SUPERUSER,  # unused: the stack's cluster trusts local connections
-        "database.dbname": s.postgres_database,
+        "database.dbname": source.database or s.postgres_database,
         "topic.prefix": source.topic_prefix,
         "table.include.list": ",".join(source.tables),
         "plugin.name": "pgoutput",
@@ -71,6 +72,7 @@ def connector_config(cfg: PipelineConfig, source: PostgresSource) -> dict[str, s
             "transforms": "unwrap",
             "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",
             # Debezium 3 spells the seed's `drop.tombstones=false` + `delete.handling.mode=rewrite` as one setting.
+            # The transform drops truncate events whatever the setting (Debezium 3.3): the lake never sees them.
             "transforms.unwrap.delete.tombstone.handling.mode": "rewrite-with-tombstone",
             "transforms.unwrap.add.fields": "op,db,table,schema,lsn,source.ts_ms",
         }
@@ -84,14 +86,14 @@ def connect_api(cfg: PipelineConfig) -> ConnectApi:
 def register(cfg: PipelineConfig, source: PostgresSource, timeout_s: float = 120.0) -> None:
     """Put the connector and wait until it runs and its snapshot is done: its replication slot is then
     streaming (the slot is held by a WAL sender only from the end of the snapshot on)."""
-    psql = Psql(cfg.stack)
+    psql = Psql(cfg.stack, source.database)
     connect_api(cfg).put(source.name, connector_config(cfg, source))
     connect_api(cfg).wait_running(source.name, timeout_s, ready=lambda: slot_streaming(psql, source.name))
 
 
 def unregister(cfg: PipelineConfig, source: PostgresSource, timeout_s: float = 30.0) -> None:
     """Delete the connector, then its replication slot and publication (a slot left behind pins the WAL)."""
-    psql = Psql(cfg.stack)
+    psql = Psql(cfg.stack, source.database)  # a publication lives in its database
     connect_api(cfg).delete(source.name)
     deadline = time.monotonic() + timeout_s
     while slot_streaming(psql, source.name):
