@@ -36,13 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
     setup.set_defaults(handler=cmd_setup)
 
     stack = commands.add_parser("stack", help="the embedded Kafka, Apicurio Registry and moto server")
-    stack.add_argument("--only", action="append", choices=["kafka", "registry", "moto", "metastore"],
+    stack.add_argument("--only", action="append",
+                       choices=["kafka", "registry", "moto", "metastore", "postgres", "connect"],
                        help="act on this service only; repeatable (default: all)")
+    optional = argparse.ArgumentParser(add_help=False)
+    optional.add_argument("--with", dest="with_services", action="append", choices=["postgres"], default=[],
+                          help="postgres: also PostgreSQL and Kafka Connect with Debezium (sets stack.postgres)")
     actions = stack.add_subparsers(dest="action", required=True)
-    actions.add_parser("up", help="start every service and wait until healthy (idempotent)").set_defaults(handler=cmd_stack_up)
-    actions.add_parser("status", help="service, address, PID and health").set_defaults(handler=cmd_stack_status)
-    actions.add_parser("down", help="stop the services this stack started").set_defaults(handler=cmd_stack_down)
-    logs_cmd = actions.add_parser("logs", help="the tail of the services' log files")
+    actions.add_parser("up", parents=[optional], help="start every service and wait until healthy (idempotent)"
+                       ).set_defaults(handler=cmd_stack_up)
+    actions.add_parser("status", parents=[optional], help="service, address, PID and health"
+                       ).set_defaults(handler=cmd_stack_status)
+    actions.add_parser("down", parents=[optional], help="stop the services this stack started"
+                       ).set_defaults(handler=cmd_stack_down)
+    logs_cmd = actions.add_parser("logs", parents=[optional], help="the tail of the services' log files")
     logs_cmd.add_argument("-n", "--lines", type=int, default=40)
     logs_cmd.set_defaults(handler=cmd_stack_logs)
 
@@ -179,10 +186,17 @@ def cmd_setup(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_stack_up(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+def _stack(cfg: PipelineConfig, args: argparse.Namespace) -> Stack:
+    """The stack the command acts on: `--with postgres` adds the real source as `stack.postgres = true` does."""
     from pipeline.stack import Stack
 
-    stack = Stack(cfg, args.only)
+    if "postgres" in args.with_services:
+        cfg = cfg.model_copy(update={"stack": cfg.stack.model_copy(update={"postgres": True})})
+    return Stack(cfg, args.only)
+
+
+def cmd_stack_up(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    stack = _stack(cfg, args)
     started = stack.up()
     _print_status(stack)
     print(f"started: {', '.join(started) or 'nothing (all were running)'}")
@@ -190,24 +204,18 @@ def cmd_stack_up(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_stack_status(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    from pipeline.stack import Stack
-
-    statuses = _print_status(Stack(cfg, args.only))
+    statuses = _print_status(_stack(cfg, args))
     return EXIT_OK if all(s.state == "healthy" for s in statuses) else EXIT_FAILED
 
 
 def cmd_stack_down(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    from pipeline.stack import Stack
-
-    stopped = Stack(cfg, args.only).down()
+    stopped = _stack(cfg, args).down()
     print(f"stopped: {', '.join(stopped) or 'nothing (none of ours was running)'}")
     return EXIT_OK
 
 
 def cmd_stack_logs(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    from pipeline.stack import Stack
-
-    for svc in Stack(cfg, args.only).services:
+    for svc in _stack(cfg, args).services:
         print(f"==> {svc.process.log_file} <==")
         print(svc.process.log_tail(args.lines))
     return EXIT_OK

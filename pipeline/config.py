@@ -44,12 +44,21 @@ class StackSettings(_Section):
     moto_port: int = Field(5000, ge=1, le=65535)
     metastore: bool = Field(False, description="also run a Hive metastore (always when catalog.type = 'hive')")
     metastore_port: int = Field(9083, ge=1, le=65535)
+    postgres: bool = Field(False, description="also run PostgreSQL (logical replication) and Kafka Connect with "
+                           "Debezium's Postgres connector: a real CDC source (`stack up --with postgres`)")
+    postgres_port: int = Field(5432, ge=1, le=65535)
+    postgres_database: str = Field("shop", pattern=r"^[a-z_][a-z0-9_]*$")
+    postgres_bin: Path | None = Field(None, description="the folder holding initdb/postgres/psql; found when unset")
+    postgres_os_user: str = Field("postgres", description="the unprivileged account the server runs as when "
+                                  "the stack is started by root (PostgreSQL refuses to run as root)")
+    connect_port: int = Field(8083, ge=1, le=65535, description="Kafka Connect's REST API")
+    connect_heap: str = "512m"
     start_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> StackSettings:
         ports = [self.kafka_port, self.kafka_controller_port, self.registry_port, self.registry_management_port,
-                 self.moto_port, self.metastore_port]
+                 self.moto_port, self.metastore_port, self.postgres_port, self.connect_port]
         if len(set(ports)) != len(ports):
             raise ValueError(f"stack ports must be distinct, got {ports}")
         return self

@@ -75,7 +75,8 @@ class Bundle:
 SPARK = Bundle("spark", "dependency:copy-dependencies")
 KAFKA = Bundle("kafka", "dependency:copy-dependencies")
 APICURIO = Bundle("apicurio", "dependency:unpack@registry")
-BUNDLES = (SPARK, KAFKA, APICURIO)
+CONNECT = Bundle("connect", "dependency:copy-dependencies")  # Kafka Connect + Debezium + Apicurio's converter
+BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT)
 
 
 def resolve_all(jars_dir: Path, offline: bool = False) -> dict[str, Path]:

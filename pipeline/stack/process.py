@@ -6,8 +6,10 @@ mistaken for ours (and never killed).
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -20,6 +22,7 @@ from pathlib import Path
 class ManagedProcess:
     name: str
     folder: Path
+    user: str | None = None  # run as this account (a root-started service that refuses root), groups included
 
     @property
     def pid_file(self) -> Path:
@@ -48,7 +51,7 @@ class ManagedProcess:
             log.flush()
             proc = subprocess.Popen(
                 cmd, cwd=self.folder, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **as_user(self.user),
             )
         _wait_for_exec(proc, cmd)
         self.pid_file.write_text(json.dumps({"pid": proc.pid, "cmd": cmd}))
@@ -75,6 +78,15 @@ class ManagedProcess:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except FileNotFoundError:
             return ""
+
+
+def as_user(user: str | None) -> dict:
+    """subprocess keyword arguments that run a child as `user` with its own groups (nothing for None)."""
+    if user is None:
+        return {}
+    account = pwd.getpwnam(user)
+    groups = [g.gr_gid for g in grp.getgrall() if user in g.gr_mem]
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": groups}
 
 
 def port_in_use(host: str, port: int) -> bool:

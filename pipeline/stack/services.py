@@ -6,48 +6,18 @@ import base64
 import subprocess
 import sys
 import uuid
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from pathlib import Path
 
 import requests
 
 from pipeline import jvm
 from pipeline.config import KafkaSettings, PipelineConfig
+from pipeline.stack.base import Port, Service
+from pipeline.stack.connect import Connect
 from pipeline.stack.java import find_java
-from pipeline.stack.process import ManagedProcess, port_in_use
-
-
-@dataclass(frozen=True)
-class Port:
-    setting: str  # the configuration key that moves it, for error messages
-    number: int
-
-
-class Service(ABC):
-    name: str
-    depends_on: tuple[str, ...] = ()
-
-    def __init__(self, cfg: PipelineConfig) -> None:
-        self.cfg = cfg
-        self.host = cfg.stack.host
-        self.folder = cfg.services_dir / self.name
-        self.process = ManagedProcess(self.name, self.folder)
-
-    @property
-    @abstractmethod
-    def ports(self) -> list[Port]: ...
-
-    @property
-    @abstractmethod
-    def address(self) -> str: ...
-
-    @abstractmethod
-    def command(self) -> list[str]:
-        """The command line; may prepare the data folder first (it is called right before start)."""
-
-    @abstractmethod
-    def healthy(self) -> bool: ...
+from pipeline.stack.log4j import write_log_config
+from pipeline.stack.postgres import Postgres
+from pipeline.stack.process import port_in_use
 
 
 class Kafka(Service):
@@ -77,7 +47,7 @@ class Kafka(Service):
             )
         return [
             str(java), f"-Xmx{self.cfg.stack.kafka_heap}", f"-Xms{self.cfg.stack.kafka_heap}",
-            f"-Dlog4j2.configurationFile={self._write_log_config()}",
+            f"-Dlog4j2.configurationFile={write_log_config(self.folder)}",
             "-cp", classpath, "kafka.Kafka", str(properties),
         ]
 
@@ -115,18 +85,6 @@ class Kafka(Service):
         path = self.folder / "server.properties"
         self.folder.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
-        return path
-
-    def _write_log_config(self) -> Path:
-        path = self.folder / "log4j2.properties"
-        path.write_text(
-            "rootLogger.level = INFO\nrootLogger.appenderRef.stdout.ref = STDOUT\n"
-            "appender.stdout.type = Console\nappender.stdout.name = STDOUT\n"
-            "appender.stdout.layout.type = PatternLayout\n"
-            "appender.stdout.layout.pattern = [%d] %p %m (%c)%n\n"
-            "logger.kafka.name = kafka\nlogger.kafka.level = INFO\n"
-            "logger.state.name = state.change.logger\nlogger.state.level = WARN\n"
-        )
         return path
 
 
@@ -245,4 +203,5 @@ class Metastore(Service):
 def all_services(cfg: PipelineConfig) -> list[Service]:
     """In start order: a service comes after the ones it depends on."""
     metastore = [Metastore(cfg)] if cfg.stack.metastore or cfg.catalog.type == "hive" else []
-    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore]
+    source = [Postgres(cfg), Connect(cfg)] if cfg.stack.postgres else []
+    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore, *source]

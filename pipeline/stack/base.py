@@ -1,0 +1,41 @@
+"""What every embedded service is: a managed process with ports, an address, a command line and a health check."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from pipeline.config import PipelineConfig
+from pipeline.stack.process import ManagedProcess
+
+
+@dataclass(frozen=True)
+class Port:
+    setting: str  # the configuration key that moves it, for error messages
+    number: int
+
+
+class Service(ABC):
+    name: str
+    depends_on: tuple[str, ...] = ()
+
+    def __init__(self, cfg: PipelineConfig) -> None:
+        self.cfg = cfg
+        self.host = cfg.stack.host
+        self.folder = cfg.services_dir / self.name
+        self.process = ManagedProcess(self.name, self.folder)
+
+    @property
+    @abstractmethod
+    def ports(self) -> list[Port]: ...
+
+    @property
+    @abstractmethod
+    def address(self) -> str: ...
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The command line; may prepare the data folder first (it is called right before start)."""
+
+    @abstractmethod
+    def healthy(self) -> bool: ...
