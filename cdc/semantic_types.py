@@ -122,7 +122,7 @@ def _zoned_time(value: Column, kind: DataType, _: dict[str, Any]) -> Column:
     return _time_of_day(F.pmod(F.unix_micros(instant), F.lit(MICROS_PER_DAY)))
 
 
-def unscaled(value: Column) -> Column:
+def _unscaled(value: Column) -> Column:
     """Big-endian two's-complement bytes (Kafka Connect's Decimal) as the integer they hold, decimal(38, 0):
     the first byte signed, each next one shifting in 8 bits. Null when it has more than 38 digits."""
     def byte(i: Column) -> Column:
@@ -136,7 +136,7 @@ def unscaled(value: Column) -> Column:
     return F.when(F.octet_length(value) > 0, shifted)
 
 
-def scaled(digits: Column, scale: Column, kind: DecimalType) -> Column:
+def _scaled(digits: Column, scale: Column, kind: DecimalType) -> Column:
     """An unscaled integer and a scale as `kind`; null when it does not fit."""
     return F.concat(digits.cast("string"), F.lit("E-"), scale.cast("string")).try_cast(kind)
 
@@ -147,11 +147,11 @@ def _decimal(value: Column, kind: DataType, attributes: dict[str, Any]) -> Colum
     parameters = attributes.get("connect.parameters") or {}
     scale = int(parameters.get("scale", attributes.get("scale", 0)))
     precision = int(parameters.get("connect.decimal.precision", attributes.get("precision", 38)))
-    return scaled(unscaled(value), F.lit(scale), DecimalType(min(precision, 38), min(scale, 38)))
+    return _scaled(_unscaled(value), F.lit(scale), DecimalType(min(precision, 38), min(scale, 38)))
 
 
 def _variable_scale(value: Column, kind: DataType, _: dict[str, Any]) -> Column:
-    return scaled(unscaled(value["value"]), value["scale"], VARIABLE_SCALE)
+    return _scaled(_unscaled(value["value"]), value["scale"], VARIABLE_SCALE)
 
 
 def _text(value: Column, kind: DataType, _: dict[str, Any]) -> Column:

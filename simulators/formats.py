@@ -168,8 +168,8 @@ class DebeziumUnwrapped:
 
     def value(self, change: Change) -> dict[str, Any]:
         table = change.table
-        return {**(sent_image(change) or change.image), "__op": change.op, "__db": table.database, "__table": table.name,
-                "__schema": table.schema, "__lsn": change.lsn, "__source_ts_ms": change.ts_ms,
+        return {**(sent_image(change) or change.image), "__op": change.op, "__db": table.database,
+                "__table": table.name, "__schema": table.schema, "__lsn": change.lsn, "__source_ts_ms": change.ts_ms,
                 "__deleted": "true" if change.op == "d" else "false"}
 
 

@@ -143,7 +143,8 @@ def test_rows_that_cannot_land_are_named_with_their_reason(spark) -> None:
             _values(id=9, body=PLACEHOLDER)]
     decoded, reader = _decoded(spark, rows)
     found = rejections(decoded, "debezium-unwrapped", reader, keys=["id", "body"])
-    rejected = [(error_class, message.split("column ")[1].split()[0], [r[0] for r in decoded.where(condition).select("v.id").collect()])
+    rejected = [(error_class, message.split("column ")[1].split()[0],
+                 [r[0] for r in decoded.where(condition).select("v.id").collect()])
                 for condition, error_class, message in found]
     assert sorted(rejected) == [("DecimalOverflow", "big", [8]), ("DecimalOverflow", "vsd", []),
                                 ("ToastPlaceholderInKey", "body", [9])]
@@ -180,3 +181,36 @@ class _Table:
         from simulators.tables import Column
 
         return (Column("id", "int"),)
+
+
+def test_the_stage_dead_letters_what_cannot_land_with_its_reason(cfg, stack, spark, tmp_path) -> None:
+    """Through Kafka and the registry: a placeholder in a key column and a decimal too large go to the
+    dead-letter table with their reasons; the good record lands typed."""
+    import uuid
+
+    from confluent_kafka import Producer
+
+    from pipeline import kafka
+    from pipeline.changelog import ChangelogStage
+    from registry.avro import avro_schema
+    from registry.factory import serde_from_settings
+
+    prefix = f"ty{uuid.uuid4().hex[:6]}"
+    topic = f"{prefix}.public.t"
+    schema = _schema()
+    serialize = serde_from_settings(cfg.registry, cfg.aws).serializer(topic, avro_schema(schema))
+    unwrap = {"__db": prefix, "__table": "t", "__schema": "public", "__source_ts_ms": 1_767_268_800_000,
+              "__deleted": "false"}
+    producer = Producer(kafka.client_conf(cfg.kafka))
+    for lsn, row in enumerate([_values(), _values(id=8, big={"scale": 0, "value": _bytes(10 ** 25)}),
+                               _values(id=9, body=PLACEHOLDER)], start=1):
+        producer.produce(topic, serialize({**row, **unwrap, "__lsn": lsn}), key=str(row["id"]).encode())
+    assert producer.flush(30) == 0
+    settings = cfg.changelog.model_copy(update={"topics": [topic], "checkpoint": tmp_path / "cp"})
+    mirror = cfg.mirror.model_copy(update={"keys": {f"{prefix}_t": "id,body"}})
+    ChangelogStage(cfg.model_copy(update={"changelog": settings, "mirror": mirror}), spark).run(until_caught_up=True)
+    landed = spark.table(f"{cfg.catalog.name}.changelog.{prefix}_t")
+    assert [(r["id"], r["mts"]) for r in landed.collect()] == [(7, EXPECTED["mts"])]
+    dead = spark.table(f"{cfg.catalog.name}.changelog.{cfg.changelog.dead_letter_table}").where(f"topic = '{topic}'")
+    assert sorted((r["error_class"], r["error_message"].split("column ")[1].split()[0])
+                  for r in dead.collect()) == [("DecimalOverflow", "big"), ("ToastPlaceholderInKey", "body")]

@@ -41,7 +41,8 @@ def test_hard_delete_merge_removes_rows_and_skips_unseen_deletes() -> None:
 def test_unchanged_columns_keep_the_mirrors_value_and_are_not_stored() -> None:
     sql = merge_sql("m", "c", merge_clauses(["id", "name", "bio", *META, "_unchanged"], ["id"], "soft"))
     update, insert = sql.splitlines()[2:]
-    assert "t.`bio` = CASE WHEN array_contains(s._unchanged, 'bio') THEN t.`bio` ELSE s.`bio` END" in update
+    kept = "t.`bio` = CASE WHEN array_contains(s._unchanged, 'bio') THEN t.`bio` ELSE s.`bio` END"
+    assert kept in update
     assert "t.`id` = s.`id`" in update and "_unchanged" not in insert
     assert "t.`_unchanged`" not in sql
 

@@ -214,9 +214,10 @@ def test_shop_orders_carry_semantic_types_toast_placeholders_and_truncates(tmp_p
     from simulators.tables import ORDERS
 
     db = SourceDatabase(TABLE_SETS["shop"], seed=2, rows_per_table=20, truncate_every=40)
-    changes = list(itertools.chain(db.snapshot(), itertools.chain.from_iterable(itertools.islice(db.transactions(), 100))))
-    after = {f["name"]: f["type"][1] for f in DebeziumEnvelope().value_schema(ORDERS, 1)["fields"][0]["type"][1]["fields"]
-             if isinstance(f["type"], list)}
+    live = itertools.chain.from_iterable(itertools.islice(db.transactions(), 100))
+    changes = list(itertools.chain(db.snapshot(), live))
+    row = DebeziumEnvelope().value_schema(ORDERS, 1)["fields"][0]["type"][1]
+    after = {f["name"]: f["type"][1] for f in row["fields"] if isinstance(f["type"], list)}
     assert after["updated_at"]["connect.name"] == "io.debezium.time.MicroTimestamp"
     assert after["amount"]["logicalType"] == "decimal" and after["tags"]["connect.name"] == "io.debezium.data.Json"
     envelope = DebeziumEnvelope()
@@ -236,5 +237,6 @@ def test_shop_orders_carry_semantic_types_toast_placeholders_and_truncates(tmp_p
     assert envelope.value(truncates[0])["op"] == "t" and envelope.value(truncates[0])["after"] is None
     truth = TruthStore(tmp_path / "truth.db")
     truth.record(changes)
-    assert truth.state_at("shop.public.orders") == {k: json.loads(json.dumps(r, default=str)) for k, r in db.rows["orders"].items()}
+    as_text = {key: json.loads(json.dumps(row, default=str)) for key, row in db.rows["orders"].items()}
+    assert truth.state_at("shop.public.orders") == as_text
     assert truth.state_at("shop.public.orders", truncates[0].commit_us) == {}  # the truncate emptied it
