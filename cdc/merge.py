@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.window import WindowSpec
 
 # Changelog columns that describe the transport and the changelog write, not the row: not carried to mirrors.
 CHANGELOG_ONLY = ("_transport", "_schema_id", "_ingested_at", "_batch_id", "_source_date")
@@ -39,25 +40,26 @@ def latest_per_key(changes: DataFrame, keys: list[str], count_as: str | None = N
     from pyspark.sql import functions as F
 
     per_key = Window.partitionBy(*keys)
+    newest_first = per_key.orderBy(F.col("_seq").desc())  # one sort serves the carry and the rank
     reduced = changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
     if UNCHANGED in reduced.columns:
-        reduced = _carry_unchanged(reduced, keys, per_key.orderBy("_seq").rowsBetween(Window.unboundedPreceding, 0))
+        reduced = _carry_unchanged(reduced, keys, newest_first.rowsBetween(0, Window.unboundedFollowing))
     if count_as:
         reduced = reduced.withColumn(count_as, F.count(F.lit(1)).over(per_key))
-    return (reduced.withColumn("_rank", F.row_number().over(per_key.orderBy(F.col("_seq").desc())))
+    return (reduced.withColumn("_rank", F.row_number().over(newest_first))
             .where("_rank = 1").drop("_rank")
             .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
             .withColumn("_merged_at", F.current_timestamp()))
 
 
-def _carry_unchanged(changes: DataFrame, keys: list[str], up_to_here) -> DataFrame:
+def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: WindowSpec) -> DataFrame:
     """Each change's unchanged columns from the newest earlier change of its key that carried a value; the
     ones no change of the batch carried stay in `_unchanged`, for the MERGE to keep the mirror's value."""
     from pyspark.sql import functions as F
 
     columns = [c for c in changes.columns if not c.startswith("_") and c not in keys]
-    carried = {c: F.last(F.when(~F.array_contains(UNCHANGED, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
-               .over(up_to_here) for c in columns}
+    carried = {c: F.first(F.when(~F.array_contains(UNCHANGED, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
+               .over(this_and_older) for c in columns}
     still = F.array_compact(F.array(*[F.when(carried[c].isNull(), F.lit(c)) for c in columns]))
     return changes.select(*[carried[c]["v"].alias(c) if c in carried else F.col(c) for c in changes.columns
                             if c != UNCHANGED], (still if columns else F.col(UNCHANGED)).alias(UNCHANGED))

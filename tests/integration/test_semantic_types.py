@@ -4,7 +4,7 @@ placeholders, truncates and the rows that must be dead-lettered (Spark, no servi
 from __future__ import annotations
 
 import json
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from io import BytesIO
 
@@ -214,3 +214,35 @@ def test_the_stage_dead_letters_what_cannot_land_with_its_reason(cfg, stack, spa
     dead = spark.table(f"{cfg.catalog.name}.changelog.{cfg.changelog.dead_letter_table}").where(f"topic = '{topic}'")
     assert sorted((r["error_class"], r["error_message"].split("column ")[1].split()[0])
                   for r in dead.collect()) == [("DecimalOverflow", "big"), ("ToastPlaceholderInKey", "body")]
+
+
+def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_truncate_deletes_older_rows(
+        spark) -> None:
+    """The mirror's reduce (Spark, no table): placeholders take the newest earlier real value; a truncate turns
+    every older key, and the mirror's older live rows, into deletes at its position."""
+    from cdc.merge import latest_per_key, truncated
+
+    rows = [  # (id, body, tags, _unchanged, _op, major)
+        (1, "first", "a", [], "c", 10), (1, None, "b", ["body"], "u", 20),
+        (1, None, None, ["body", "tags"], "u", 30),
+        (2, None, "x", ["body"], "u", 40), (None, None, None, [], "t", 50), (3, "new", "n", [], "c", 60),
+    ]
+    changes = spark.createDataFrame(
+        [(i, body, tags, unchanged, op, op == "t", datetime(2026, 1, 1) + timedelta(seconds=major), (major, major, 0, n))
+         for n, (i, body, tags, unchanged, op, major) in enumerate(rows)],
+        "id int, body string, tags string, _unchanged array<string>, _op string, _is_deleted boolean, "
+        "_source_ts timestamp, _seq struct<source_major:long,source_minor:long,transport_partition:int,"
+        "transport_offset:long>")
+    reduced = latest_per_key(changes, ["id"])
+    mirror = spark.createDataFrame([(4, "kept", "k", "r", False, (5, 5, 0, 0)),
+                                    (5, "later", "l", "c", False, (70, 70, 0, 9))],
+                                   "id int, body string, tags string, _op string, _is_deleted boolean, "
+                                   "_seq struct<source_major:long,source_minor:long,transport_partition:int,"
+                                   "transport_offset:long>")
+    before = {r["id"]: r for r in reduced.where("id IS NOT NULL").collect()}
+    assert (before[1]["body"], before[1]["tags"], before[1]["_unchanged"]) == ("first", "b", [])
+    assert before[2]["_unchanged"] == ["body"]  # no real value in the run: the mirror keeps its own
+    after = {r["id"]: r for r in truncated(reduced, ["id"], mirror).collect()}
+    assert {i: (r["_op"], r["_is_deleted"], r["_seq"]["source_major"]) for i, r in after.items()} == {
+        1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60), 4: ("t", True, 50), 5: ("c", False, 70)}
+    assert after[4]["body"] == "kept"  # a soft delete keeps the last known values
