@@ -6,6 +6,10 @@
 3. Deletes are soft by default: the row keeps its last known values with `_is_deleted = true` and `_deleted_at`;
    a later insert of the key resurrects it. A delete whose key the mirror never held is stored as a deleted
    row, so an older insert arriving later cannot bring it back. Hard deletes remove the row instead.
+4. A column a change names in `_unchanged` (a TOAST placeholder at the source) keeps its last real value: the
+   newest earlier change of the batch that carried one, else the mirror's (`latest_per_key`, `merge_clauses`).
+5. A truncate (`_op = 't'`, no key) deletes every row whose newest change is older than it, in the batch and
+   in the mirror (`truncated`); changes after it (inserts) stand.
 
 The clauses are plain SQL expression strings over the aliases `t` (mirror) and `s` (changes), so one
 definition drives both Iceberg's `MERGE INTO` and Delta's merge builder.
@@ -13,14 +17,20 @@ definition drives both Iceberg's `MERGE INTO` and Delta's merge builder.
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.window import WindowSpec
 
 # Changelog columns that describe the transport and the changelog write, not the row: not carried to mirrors.
 CHANGELOG_ONLY = ("_transport", "_schema_id", "_ingested_at", "_batch_id", "_source_date")
+UNCHANGED = "_unchanged"  # the columns a change did not carry (TOAST placeholders); used by the MERGE, not kept
+TRUNCATE = "t"
+POSITION = "struct(_seq.source_major, _seq.source_minor)"  # source order across keys (commit LSN, event LSN)
 
 
 def latest_per_key(changes: DataFrame, keys: list[str], count_as: str | None = None) -> DataFrame:
@@ -30,13 +40,51 @@ def latest_per_key(changes: DataFrame, keys: list[str], count_as: str | None = N
     from pyspark.sql import functions as F
 
     per_key = Window.partitionBy(*keys)
+    newest_first = per_key.orderBy(F.col("_seq").desc())  # one sort serves the carry and the rank
     reduced = changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
+    if UNCHANGED in reduced.columns:
+        reduced = _carry_unchanged(reduced, keys, newest_first.rowsBetween(0, Window.unboundedFollowing))
     if count_as:
         reduced = reduced.withColumn(count_as, F.count(F.lit(1)).over(per_key))
-    return (reduced.withColumn("_rank", F.row_number().over(per_key.orderBy(F.col("_seq").desc())))
+    return (reduced.withColumn("_rank", F.row_number().over(newest_first))
             .where("_rank = 1").drop("_rank")
             .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
             .withColumn("_merged_at", F.current_timestamp()))
+
+
+def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: WindowSpec) -> DataFrame:
+    """Each change's unchanged columns from the newest earlier change of its key that carried a value; the
+    ones no change of the batch carried stay in `_unchanged`, for the MERGE to keep the mirror's value."""
+    from pyspark.sql import functions as F
+
+    columns = [c for c in changes.columns if not c.startswith("_") and c not in keys]
+    carried = {c: F.first(F.when(~F.array_contains(UNCHANGED, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
+               .over(this_and_older) for c in columns}
+    still = F.array_compact(F.array(*[F.when(carried[c].isNull(), F.lit(c)) for c in columns]))
+    return changes.select(*[carried[c]["v"].alias(c) if c in carried else F.col(c) for c in changes.columns
+                            if c != UNCHANGED], (still if columns else F.col(UNCHANGED)).alias(UNCHANGED))
+
+
+def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None) -> DataFrame:
+    """`reduced` (one change per key, and the newest truncate as the row with no key) with the truncate
+    applied: every key whose change is older than it, and every live `mirror` row older than it, becomes a
+    delete at the truncate's position and source time. Without a truncate, `reduced` as it is."""
+    from pyspark.sql import functions as F
+
+    is_truncate = functools.reduce(operator.and_, [F.col(k).isNull() for k in keys], F.col("_op") == TRUNCATE)
+    if reduced.where(is_truncate).isEmpty():
+        return reduced
+    rows = reduced.where(~is_truncate)
+    if mirror is not None:
+        live = mirror.where(~F.col("_is_deleted")).join(rows.select(*keys), keys, "left_anti")
+        rows = rows.unionByName(live.select(*[F.col(c) if c in live.columns else F.lit(None).cast(kind).alias(c)
+                                              for c, kind in rows.dtypes]))
+    at = reduced.where(is_truncate).select(F.col("_seq").alias("_t_seq"), F.col("_source_ts").alias("_t_ts"))
+    older = F.expr(POSITION) < F.struct(F.col("_t_seq.source_major"), F.col("_t_seq.source_minor"))
+    deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": F.col("_t_seq"),
+               "_source_ts": F.col("_t_ts"), "_deleted_at": F.col("_t_ts")}
+    return rows.crossJoin(F.broadcast(at)).select(
+        *[F.when(older, deleted[c]).otherwise(F.col(c)).alias(c) if c in deleted else F.col(c) for c in rows.columns])
 
 
 @dataclass(frozen=True)
@@ -56,10 +104,16 @@ class MergeClauses:
 
 
 def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> MergeClauses:
-    """The MERGE of reduced changes (`s`) into a mirror (`t`) whose columns are `columns`."""
+    """The MERGE of reduced changes (`s`) into a mirror (`t`) whose columns are `columns` (`_unchanged`, when
+    there, only says which columns keep the mirror's value)."""
+    carries = UNCHANGED in columns
+    columns = [c for c in columns if c != UNCHANGED]
     quoted = {c: f"`{c}`" for c in columns}
     newer = "s._seq > t._seq"
     every = {quoted[c]: f"s.{quoted[c]}" for c in columns}
+    kept = {quoted[c]: f"CASE WHEN array_contains(s.{UNCHANGED}, '{c}') THEN t.{quoted[c]} ELSE s.{quoted[c]} END"
+            for c in columns if carries and not c.startswith("_") and c not in keys}
+    update = {**every, **kept}
     # A soft delete keeps the row's last known values and records only the deletion.
     tombstone = {quoted[c]: f"s.{quoted[c]}" for c in ("_op", "_seq", "_source_ts", "_source", "_is_deleted",
                                                         "_deleted_at", "_merged_at")}
@@ -71,7 +125,7 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
         insert = Clause("insert", None, every)
     return MergeClauses(
         on=" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys),
-        matched=(on_delete, Clause("update", newer, every)),
+        matched=(on_delete, Clause("update", newer, update)),
         not_matched=(insert,),
     )
 
@@ -99,4 +153,4 @@ def state_as_of(changes: DataFrame, keys: list[str], source_time: str) -> DataFr
     from pyspark.sql import functions as F
 
     committed = changes.where(F.col("_source_ts") <= F.to_timestamp(F.lit(source_time)))
-    return latest_per_key(committed, keys).where("NOT _is_deleted")
+    return truncated(latest_per_key(committed, keys), keys, None).where("NOT _is_deleted")

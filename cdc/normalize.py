@@ -2,7 +2,13 @@
 
 Input: one row per Kafka message with the decoded value in a struct column `v` (the writer's record read into
 the latest reader schema) and the Kafka columns `topic`, `partition`, `offset`, `timestamp`. Output: the source
-table's columns, then `_op`, `_is_deleted`, `_source_ts`, `_seq`, `_source`, `_transport`, `_schema_id`.
+table's columns, then `_op`, `_is_deleted`, `_source_ts`, `_seq`, `_source`, `_transport`, `_schema_id`,
+`_unchanged`.
+
+Row columns get the lake type their semantic type means (`cdc/semantic_types.py`, docs/types.md), from the
+reader schema's Kafka Connect annotations. A Debezium TOAST placeholder (an unchanged large value) becomes null
+and its column is named in `_unchanged`, so the mirror keeps the value it has. A truncate (`op = t`) is a row
+with no row values, `_op = 't'` and `_is_deleted`; the mirror deletes what the table held before it.
 
 `_seq` orders changes of one key totally: `(source_major, source_minor, transport_partition, transport_offset)`,
 compared left to right. Snapshot reads get `source_major = 0`, so they order before every live change.
@@ -13,15 +19,24 @@ compared left to right. Snapshot reads get `source_major = 0`, so they order bef
 
 from __future__ import annotations
 
+import functools
+import json
+import operator
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from cdc import semantic_types
+from cdc.semantic_types import Semantic
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
-META_COLUMNS = ("_op", "_is_deleted", "_source_ts", "_seq", "_source", "_transport", "_schema_id")
+META_COLUMNS = ("_op", "_is_deleted", "_source_ts", "_seq", "_source", "_transport", "_schema_id", "_unchanged")
+TRUNCATE = "t"
+TOASTING = ("debezium", "debezium-unwrapped")  # the formats whose rows may carry Debezium's TOAST placeholder
 UNWRAPPED_FIELDS = ("__op", "__db", "__table", "__schema", "__lsn", "__source_ts_ms", "__deleted")
 DMS_OPS = {"load": "r", "insert": "c", "update": "u", "delete": "d"}
 SNAPSHOT_MAJOR = 0
@@ -41,9 +56,19 @@ def detect_format(writer_schema: dict) -> str:
                      "(Debezium envelope, Debezium unwrapped, DMS)")
 
 
-def normalize(decoded: DataFrame, fmt: str, db: str) -> DataFrame:
-    """The canonical change record for one format; `db` names the source database (from the topic)."""
-    row, meta = FORMATS[fmt](decoded, db, fmt)
+def normalize(decoded: DataFrame, fmt: str, db: str, reader: str | None = None) -> DataFrame:
+    """The canonical change record for one format; `db` names the source database (from the topic), `reader`
+    is the reader schema's text (Avro formats), whose annotations type the row columns."""
+    image, row_type, meta = FORMATS[fmt](decoded, db, fmt)
+    semantics = _semantics(fmt, reader)
+    placeholders = _placeholders(image, row_type, fmt)
+    row = []
+    for f in row_type.fields:
+        value = semantic_types.convert(f.name, image[f.name], f.dataType, semantics.get(f.name, Semantic(None, {})))
+        row.append((F.when(placeholders[f.name], None).otherwise(value) if f.name in placeholders else value)
+                   .alias(f.name))
+    toasted = [F.when(found, F.lit(name)) for name, found in placeholders.items()]
+    unchanged = F.array_compact(F.array(*toasted)) if toasted else F.array().cast("array<string>")
     seq_major, seq_minor = meta.pop("_seq_major"), meta.pop("_seq_minor")
     return decoded.select(
         *row,
@@ -58,7 +83,45 @@ def normalize(decoded: DataFrame, fmt: str, db: str) -> DataFrame:
                  _file(decoded).alias("file"),
                  *[F.col(name) for name in TRANSPORT_EXTRAS if name in decoded.columns]).alias("_transport"),
         F.col("schema_id").cast("string").alias("_schema_id"),
+        unchanged.alias("_unchanged"),
     )
+
+
+def rejections(decoded: DataFrame, fmt: str, reader: str | None, keys: list[str]) -> list[tuple[Column, str, str]]:
+    """Decoded rows that must not land, as (condition, error class, message): a TOAST placeholder in a key
+    column (`keys`: the table's configured key), and a VariableScaleDecimal too large for decimal(38, 18).
+    Each condition is false, never null."""
+    image, row_type, _ = FORMATS[fmt](decoded, "", fmt)
+    found = [(F.coalesce(condition, F.lit(False)), "ToastPlaceholderInKey",
+              f"key column {name} holds Debezium's unavailable-value placeholder, so the row's key is unknown: "
+              f"give the table REPLICA IDENTITY FULL (or a key that is never TOASTed) and replay this record")
+             for name, condition in _placeholders(image, row_type, fmt).items() if name in keys]
+    for name, semantic in _semantics(fmt, reader).items():
+        condition = semantic_types.overflows(image[name], semantic) if name in row_type.fieldNames() else None
+        if condition is not None:
+            found.append((F.coalesce(condition, F.lit(False)), "DecimalOverflow",
+                          f"column {name} (io.debezium.data.VariableScaleDecimal) does not fit decimal(38, 18): "
+                          "set the connector's decimal.handling.mode=string, or give the column a precision"))
+    return found
+
+
+def any_rejection(found: list[tuple[Column, str, str]]) -> Column:
+    """Whether any of `rejections`' conditions holds."""
+    return functools.reduce(operator.or_, [condition for condition, _, _ in found], F.lit(False))
+
+
+def _semantics(fmt: str, reader: str | None) -> dict[str, Semantic]:
+    if reader is None:
+        return {}
+    return semantic_types.field_semantics(json.loads(reader), fmt)
+
+
+def _placeholders(image: Column, row_type: StructType, fmt: str) -> dict[str, Column]:
+    """Per row column that can carry Debezium's TOAST placeholder, the condition that it does."""
+    if fmt not in TOASTING:
+        return {}
+    found = {f.name: semantic_types.placeholder(image[f.name], f.dataType) for f in row_type.fields}
+    return {name: condition for name, condition in found.items() if condition is not None}
 
 
 def _file(decoded: DataFrame) -> Column:
@@ -72,22 +135,26 @@ def _source(fmt: str, connector: Column, db: Column, schema: Column, table: Colu
                     table.alias("table"), tx_id.cast("string").alias("tx_id"), snapshot.alias("snapshot"))
 
 
-def _row_columns(decoded: DataFrame, path: str, exclude: tuple[str, ...] = ()) -> list[str]:
+def _row_type(decoded: DataFrame, path: str, exclude: tuple[str, ...] = ()) -> StructType:
+    from pyspark.sql.types import StructType
+
     struct = decoded.schema["v"].dataType
     for part in path.split(".")[1:]:
         struct = struct[part].dataType  # type: ignore[index]
-    return [name for name in struct.fieldNames() if name not in exclude]  # type: ignore[attr-defined]
+    return StructType([f for f in struct.fields if f.name not in exclude])  # type: ignore[attr-defined]
 
 
-def _debezium(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
+Parts = tuple[Column, "StructType", dict[str, Column]]  # the row image, its columns, the metadata columns
+
+
+def _debezium(decoded: DataFrame, db: str, fmt: str) -> Parts:
     v = F.col("v")
     image = F.coalesce(v["after"], v["before"])
-    names = _row_columns(decoded, "v.after")
     last_commit_lsn, event_lsn = debezium_sequence(v["source"]["sequence"])
     snapshot = v["op"] == "r"
     meta = {
         "_op": v["op"],
-        "_deleted": v["op"] == "d",
+        "_deleted": v["op"].isin("d", TRUNCATE),
         "_source_ts": F.timestamp_millis(v["source"]["ts_ms"]),
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(
             F.coalesce(last_commit_lsn, v["source"]["lsn"])),
@@ -95,7 +162,7 @@ def _debezium(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict
         "_source": _source(fmt, v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
                            v["source"]["table"], v["source"]["txId"], snapshot),
     }
-    return [image[name].alias(name) for name in names], meta
+    return image, _row_type(decoded, "v.after"), meta
 
 
 def debezium_sequence(sequence: Column) -> tuple[Column, Column]:
@@ -107,9 +174,8 @@ def debezium_sequence(sequence: Column) -> tuple[Column, Column]:
     return first, last
 
 
-def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
+def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> Parts:
     v = F.col("v")
-    names = _row_columns(decoded, "v", exclude=UNWRAPPED_FIELDS)
     snapshot = v["__op"] == "r"
     meta = {
         "_op": v["__op"],
@@ -120,12 +186,11 @@ def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dic
         "_source": _source(fmt, F.lit("debezium"), v["__db"], v["__schema"], v["__table"],
                            F.lit(None), snapshot),
     }
-    return [v[name].alias(name) for name in names], meta
+    return v, _row_type(decoded, "v", exclude=UNWRAPPED_FIELDS), meta
 
 
-def _dms(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str, Column]]:
+def _dms(decoded: DataFrame, db: str, fmt: str) -> Parts:
     v, meta_in = F.col("v"), F.col("v")["metadata"]
-    names = _row_columns(decoded, "v.data")
     op = F.coalesce(*[F.when(meta_in["operation"] == dms, F.lit(canonical)) for dms, canonical in DMS_OPS.items()])
     source_ts = F.to_timestamp(meta_in["timestamp"])
     snapshot = op == "r"
@@ -138,7 +203,7 @@ def _dms(decoded: DataFrame, db: str, fmt: str) -> tuple[list[Column], dict[str,
         "_source": _source(fmt, F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
                            meta_in["transaction_id"], snapshot),
     }
-    return [v["data"][name].alias(name) for name in names], meta
+    return v["data"], _row_type(decoded, "v.data"), meta
 
 
 FORMATS = {"debezium": _debezium, "debezium-unwrapped": _unwrapped, "dms": _dms, "dms-json": _dms, "dms-csv": _dms,

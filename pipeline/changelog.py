@@ -33,7 +33,7 @@ import structlog
 from cdc import decode, framing
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
-from cdc.normalize import TRANSPORT_EXTRAS, detect_format, normalize
+from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, rejections
 from pipeline import kafka
 from pipeline.config import DeadLetterSettings, PipelineConfig
 from pipeline.sources.kinesis import changelog as kinesis
@@ -451,12 +451,14 @@ class ChangelogStage:
         return plans
 
     def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport) -> list[DataFrame]:
-        """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters."""
+        """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters: what
+        did not decode, and what decoded but must not land (`cdc.normalize.rejections`)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
-        decoded: list[tuple[str, DataFrame, str, str]] = []  # (format, rows with `v` and `_valid`, dead letter)
+        # (format, rows with `v` and `_valid`, dead letter, reader schema text)
+        decoded: list[tuple[str, DataFrame, str, str, str | None]] = []
         dead: list[DataFrame] = []
         unresolved: dict[tuple[str, str], list[str]] = {}  # (error class, reason) -> ids
         by_reader: dict[str, dict[str, str]] = {}
@@ -482,23 +484,32 @@ class ChangelogStage:
                 continue
             part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader,
                                inflate=plan.compressed > 0)
-            decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names"))
+            decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names",
+                            reader))
         if plan.json_rows:
             part = decode.dms_json(rows.where(F.col("kind") == Kind.JSON.value), plan.row_type)
             decoded.append(("dms-json", part, "WireFormatError",
                             "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
-                            "(operation, timestamp, transaction-record-id)"))
+                            "(operation, timestamp, transaction-record-id)", None))
         if not decoded:
             return dead
+        keys = self.cfg.mirror.key_columns(f"{db}_{table}")
+        refused = [rejections(part, fmt, reader, keys) for fmt, part, _, _, reader in decoded]
         observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
         changes = functools.reduce(
             lambda a, b: a.unionByName(b, allowMissingColumns=True),
-            [normalize(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n")).where(decode.VALID), fmt, db)
-             for (fmt, part, _, _), seen in zip(decoded, observations)])
+            [normalize(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n"),
+                                    F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
+                       .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, db, reader)
+             for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
         done = self._append(changes, f"{db}_{table}", batch_id, report)
-        for (_, part, error_class, message), seen in zip(decoded, observations):
+        for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
             if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
                 dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))
+            if done.skipped or seen.get["refused"]:
+                for i, (condition, refusal, reason) in enumerate(checks):  # each row once, by its first reason
+                    dead.append(self._dead(part.where(F.col(decode.VALID) & condition & ~any_rejection(checks[:i])),
+                                           refusal, reason))
         return dead
 
     @staticmethod

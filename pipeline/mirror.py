@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import structlog
 
-from cdc.merge import latest_per_key, merge_clauses
+from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, truncated
 from pipeline.config import PipelineConfig
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
@@ -145,10 +145,13 @@ class MirrorStage:
         totals = reduced.selectExpr("count(*) AS merged", "coalesce(sum(_changes), 0) AS changes").first()
         merged, count = int(totals["merged"]), int(totals["changes"])  # type: ignore[index]
         reduced = reduced.drop("_changes")
+        # A truncate reads the mirror's live rows: it deletes those older than it.
+        applied = truncated(reduced, keys, target.read() if target.exists() else None)
+        reduced = reduced if applied is reduced else applied.localCheckpoint()
         # Held-back rows must be read again: the watermark only moves past commits merged in full.
         merged_through = after if held_back else through
         if merged:
-            if self._prepare(target, reduced, name):
+            if self._prepare(target, reduced.drop(UNCHANGED), name):
                 self._replace_views(name, keys, source)
             metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
             with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):

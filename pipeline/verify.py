@@ -2,7 +2,9 @@
 
 The comparison runs in Spark: the truth's rows become a DataFrame with the table's own types, and a full outer
 join on the key finds rows missing from the lake, rows the source does not have, and rows whose values differ.
-Columns the truth row does not carry (written before a column existed) must be null in the lake.
+Columns the truth row does not carry (written before a column existed) must be null in the lake. A truth
+value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake type it lands as
+(`simulators/semantic.py`), where the lake column has that type.
 """
 
 from __future__ import annotations
@@ -10,15 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pipeline.config import PipelineConfig
 from pipeline.mirror import MirrorError, table_keys
+from simulators.semantic import lake_value
+from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
 from tables.lake import lake_table, table_names
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 MAX_REPORTED = 50  # mismatches listed per table; all are counted
 
@@ -71,12 +76,12 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
             table: str, truth_table: str) -> TableVerdict:
     """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import DecimalType
 
     columns = [c for c in lake.columns if not c.startswith("_")]
     schema = lake.select(*columns).schema
-    decimal = {f.name for f in schema.fields if isinstance(f.dataType, DecimalType)}
-    expected = spark.createDataFrame([tuple(_exact(row.get(c)) if c in decimal else row.get(c) for c in columns)
+    readers = _lake_readers(schema, truth_table)
+    expected = spark.createDataFrame([tuple(None if row.get(c) is None else readers[c](row[c]) if c in readers
+                                            else row.get(c) for c in columns)
                                       for row in truth_rows.values()], schema)
     lake_side = lake.select(*[F.col(c).alias(f"lake_{c}") for c in columns], F.lit(True).alias("_in_lake"))
     source_side = expected.select(*[F.col(c).alias(f"src_{c}") for c in columns], F.lit(True).alias("_in_src"))
@@ -98,9 +103,26 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
     return TableVerdict(table, truth_table, len(truth_rows), total, examples)
 
 
+def _lake_readers(schema: StructType, truth_table: str) -> dict[str, Callable[[Any], Any]]:
+    """Per lake column whose truth values need reading as the lake's type, how: decimals exactly (a truth float,
+    or a decimal kept as text), semantic types as the lake type they land as."""
+    from pyspark.sql.types import DecimalType
+
+    source = {col.name: col.avro_type for tables in TABLE_SETS.values() for t in tables if t.qualified == truth_table
+              for col in (*t.columns, t.evolution)}
+    readers: dict[str, Callable[[Any], Any]] = {}
+    for f in schema.fields:
+        reader = _exact if isinstance(f.dataType, DecimalType) else lake_value(source.get(f.name),
+                                                                                f.dataType.simpleString())
+        if reader is not None:
+            readers[f.name] = reader
+    return readers
+
+
 def _exact(value: Any) -> Any:
-    """A truth float as the decimal the lake holds (DMS JSON numbers with a fraction are read as decimals)."""
-    return Decimal(str(value)) if isinstance(value, float) else value
+    """A truth float, or decimal text, as the decimal the lake holds (DMS JSON numbers with a fraction are read
+    as decimals)."""
+    return Decimal(str(value)) if isinstance(value, (float, str)) else value
 
 
 def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tables: list[str],

@@ -4,6 +4,9 @@
   Debezium names them: `<server>.<schema>.<table>.Key`, `.Value`, `.Envelope`.
 - Debezium unwrapped: `ExtractNewRecordState` with `delete.handling.mode=rewrite` and
   `add.fields=op,db,table,schema,lsn,source.ts_ms`, so `__op … __deleted` ("true"/"false" strings).
+- Postgres through Debezium: an update that leaves a TOASTed column unchanged carries Debezium's placeholder
+  for it (REPLICA IDENTITY DEFAULT); `TRUNCATE` is an envelope with `op = t` and no row (the unwrap SMT drops
+  it); semantic types are the tables' annotated Avro types.
 - AWS DMS: `data` + `metadata`. As DMS's own JSON the metadata keys are hyphenated (`record-type`); Avro names
   cannot hold a hyphen, so the Avro form spells them with underscores (`record_type`).
 """
@@ -15,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from simulators.semantic import PLACEHOLDER
 from simulators.source import Change
-from simulators.tables import Table
+from simulators.tables import Row, Table
 
 DEBEZIUM_VERSION = "2.7.3.Final"
 DMS_OPERATIONS = {"r": "load", "c": "insert", "u": "update", "d": "delete"}
-SNAPSHOT_FLAG = {"r": "true", "c": "false", "u": "false", "d": "false"}
+SNAPSHOT_FLAG = {"r": "true", "c": "false", "u": "false", "d": "false", "t": "false"}
 
 
 class Format(Protocol):
@@ -50,6 +54,15 @@ def _key_record(table: Table) -> dict[str, Any]:
     key_col = next(col for col in table.columns if col.name == table.key)
     return {"type": "record", "name": "Key", "namespace": table.qualified,
             "fields": [{"name": key_col.name, "type": key_col.avro_type}]}
+
+
+def sent_image(change: Change) -> Row | None:
+    """The after-image as Postgres's logical decoding sends it: an update's unchanged TOASTed values replaced
+    by Debezium's placeholder."""
+    after, toasted = change.after, change.table.toasted
+    if change.op != "u" or not toasted or after is None or change.before is None:
+        return after
+    return {**after, **{name: PLACEHOLDER for name in toasted if after.get(name) == change.before.get(name)}}
 
 
 def commit_timestamp(change: Change) -> str:
@@ -120,7 +133,7 @@ class DebeziumEnvelope:
         row_type = table.qualified + ".Value"
         return {
             "before": (row_type, change.before) if op == "u" or op == "d" else None,
-            "after": None if change.after is None else (row_type, change.after),
+            "after": None if change.after is None else (row_type, sent_image(change)),
             "source": {
                 "version": DEBEZIUM_VERSION, "connector": "postgresql", "name": table.database,
                 "ts_ms": ts_ms, "snapshot": ("string", SNAPSHOT_FLAG[op]), "db": table.database,
@@ -155,8 +168,8 @@ class DebeziumUnwrapped:
 
     def value(self, change: Change) -> dict[str, Any]:
         table = change.table
-        return {**change.image, "__op": change.op, "__db": table.database, "__table": table.name,
-                "__schema": table.schema, "__lsn": change.lsn, "__source_ts_ms": change.ts_ms,
+        return {**(sent_image(change) or change.image), "__op": change.op, "__db": table.database,
+                "__table": table.name, "__schema": table.schema, "__lsn": change.lsn, "__source_ts_ms": change.ts_ms,
                 "__deleted": "true" if change.op == "d" else "false"}
 
 
@@ -202,7 +215,7 @@ class DmsJson:
 
     def value(self, change: Change) -> bytes:
         return json.dumps({"data": change.image, "metadata": _dms_metadata(change, separator="-")},
-                          separators=(",", ":")).encode()
+                          separators=(",", ":"), default=str).encode()  # default: a decimal as its text
 
 
 def _dms_metadata(change: Change, separator: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ which is why Debezium carries it. Commit times strictly increase (microseconds),
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -35,6 +36,7 @@ class Change:
     lsn: int
     tx_position: int  # 1-based position of the event in its transaction
     schema_version: int
+    truncated: tuple[tuple[int, Row], ...] = ()  # a truncate (op t, no key): the rows it removed
 
     @property
     def ts_ms(self) -> int:
@@ -76,6 +78,7 @@ class SourceDatabase:
     tables: tuple[Table, ...]
     seed: int = 7
     rows_per_table: int = 100
+    truncate_every: int | None = None  # every N transactions, truncate the tables marked `truncated`
     rng: random.Random = field(init=False)
     rows: dict[str, dict[int, Row]] = field(init=False)
     schema_version: int = 1
@@ -111,8 +114,11 @@ class SourceDatabase:
 
     def transactions(self) -> Iterator[list[Change]]:
         """Committed transactions, forever, in commit order."""
-        while True:
-            if self._random() < 0.2:
+        truncatable = [table for table in self.tables if table.truncated]
+        for count in itertools.count(1):
+            if self.truncate_every and truncatable and count % self.truncate_every == 0:
+                yield self._truncate(truncatable[count // self.truncate_every % len(truncatable)])
+            elif self._random() < 0.2:
                 yield from self._overlapping_pair()
             else:
                 yield self._commit(self._plan(1 + int(self._random() * 4), frozenset()))
@@ -175,6 +181,19 @@ class SourceDatabase:
         self._last_commit_lsn = self._advance_lsn()
         return changes
 
+    def _truncate(self, table: Table) -> list[Change]:
+        """`TRUNCATE table`: one event for the table; its rows are gone and their keys may come back."""
+        rows = self.rows[table.name]
+        removed = tuple(rows.items())
+        for key in rows:
+            self._live[table.name].remove(key)
+            self._deleted[table.name].append(key)
+        rows.clear()
+        change = Change(table, "t", 0, None, None, self._tick(), self._next_tx(), self._last_commit_lsn,
+                        self._advance_lsn(), 1, self.schema_version, removed)
+        self._last_commit_lsn = self._advance_lsn()
+        return [change]
+
     def _new_row(self, table: Table, key: int) -> Row:
         random, size = self._random, _ValuePools.SIZE
         row = {table.key: key}
@@ -183,7 +202,8 @@ class SourceDatabase:
         return row
 
     def _updated(self, table: Table, row: Row) -> Row:
-        """One or two columns change; now and then the partition-like column moves the row."""
+        """One or two columns change (a draw equal to the old value is drawn again: an update always changes
+        something); now and then the partition-like column moves the row."""
         random, size = self._random, _ValuePools.SIZE
         updated = dict(row)
         pools = self._pools[table.name]
@@ -193,6 +213,9 @@ class SourceDatabase:
             updated[name] = values[int(random() * size)]
         if random() < 0.15:
             updated[table.partition_column] = pools.values[table.partition_column][int(random() * size)]
+        while updated == row:
+            name, values = columns[int(random() * len(columns))]
+            updated[name] = values[int(random() * size)]
         return updated
 
     def _new_key(self, table: Table) -> int:

@@ -1,15 +1,22 @@
-"""The simulated source tables: the MoMA `artists` and `artworks` tables of the Debezium/Hudi post, and the
-`employee` table of the streaming-Iceberg example. Columns, keys and partition-like columns match the seeds.
+"""The simulated source tables: the MoMA `artists` and `artworks` tables of the Debezium/Hudi post, the
+`employee` table of the streaming-Iceberg example, and a `shop.orders` table of Postgres types that Debezium
+sends as semantic types. Columns, keys and partition-like columns match the seeds.
 
 Each table also names the nullable column that schema evolution adds mid-run (an `ALTER TABLE … ADD COLUMN`).
+Row values are what the connector's Avro carries (a `MicroTimestamp` is a long; a decimal a `Decimal`, which
+the Avro writer encodes as bytes); `simulators/semantic.py` says what each means in the lake.
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cached_property
 from typing import Any, Callable
+
+from simulators.semantic import DECIMAL_12_2, semantic
 
 Row = dict[str, Any]
 Generator = Callable[[random.Random], Any]
@@ -30,8 +37,9 @@ LAST = ["Arneson", "Picasso", "Kahlo", "O'Keeffe", "Adams", "Ray", "Abbott", "Ku
 @dataclass(frozen=True)
 class Column:
     name: str
-    avro_type: str  # the Avro primitive; every non-key column is nullable, as Debezium writes them
+    avro_type: str | dict[str, Any]  # the Avro type, with Kafka Connect's annotations where it has a semantic type
     generate: Generator | None = None  # None for the key, which the source assigns
+    toasted: bool = False  # a large value Postgres stores out of line: an update leaving it unchanged omits it
 
 
 @dataclass(frozen=True)
@@ -43,10 +51,16 @@ class Table:
     columns: tuple[Column, ...]  # key column first
     partition_column: str  # a partition-like column that updates sometimes move
     evolution: Column  # the nullable column added mid-run; null in about half the rows
+    truncated: bool = False  # the source truncates it now and then (where the format carries truncates)
 
     @cached_property  # every event names its table: build the text once
     def qualified(self) -> str:
         return f"{self.database}.{self.schema}.{self.name}"
+
+    @cached_property
+    def toasted(self) -> tuple[str, ...]:
+        """The columns whose unchanged values an update omits (a placeholder instead)."""
+        return tuple(col.name for col in (*self.columns, self.evolution) if col.toasted)
 
     def columns_at(self, version: int) -> tuple[Column, ...]:
         """Schema version 1 is the original table; version 2 has the evolution column."""
@@ -131,8 +145,47 @@ EMPLOYEE = Table(
     evolution=Column("email", "string", lambda rng: f"employee{rng.randint(1, 99999)}@example.com" if rng.random() < 0.5 else None),
 )
 
+STATUSES = ["new", "paid", "shipped", "cancelled"]
+
+
+def _notes(rng: random.Random) -> str:
+    """A text long enough for Postgres to TOAST (over ~2 kB)."""
+    return " ".join(rng.choice(LAST) for _ in range(400 + rng.randint(0, 50)))
+
+
+ORDERS = Table(
+    "shop", "public", "orders", "order_id",
+    (
+        Column("order_id", "long"),
+        Column("customer_id", "int", lambda rng: rng.randint(1, 500)),
+        Column("amount", DECIMAL_12_2, lambda rng: Decimal(rng.randint(-10_000, 1_000_000)).scaleb(-2)),
+        Column("status", semantic("string", "io.debezium.data.Enum", allowed=",".join(STATUSES)), _choice(STATUSES)),
+        Column("updated_at", semantic("long", "io.debezium.time.MicroTimestamp"),
+               lambda rng: 1_700_000_000_000_000 + rng.randint(0, 60_000_000_000_000)),
+        Column("created_at", semantic("string", "io.debezium.time.ZonedTimestamp"),
+               lambda rng: f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:"
+                           f"{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}.{rng.randint(0, 999999):06d}Z"),
+        Column("ship_date", semantic("int", "io.debezium.time.Date"), lambda rng: rng.randint(19_000, 21_000)),
+        Column("pickup", semantic("long", "io.debezium.time.MicroTime"), lambda rng: rng.randint(0, 86_399_999_999)),
+        Column("tags", semantic("string", "io.debezium.data.Json"),
+               lambda rng: f'{{"gift": {str(rng.random() < 0.5).lower()}, "n": {rng.randint(0, 9)}}}'),
+        Column("ref", semantic("string", "io.debezium.data.Uuid"),
+               lambda rng: str(uuid.UUID(int=rng.getrandbits(128)))),
+        Column("notes", "string", _notes, toasted=True),
+    ),
+    partition_column="status",
+    evolution=Column("coupon", "string", lambda rng: f"C{rng.randint(100, 999)}" if rng.random() < 0.5 else None),
+    truncated=True,
+)
+
 TABLE_SETS: dict[str, tuple[Table, ...]] = {
     "moma": (ARTISTS, ARTWORKS),
     "employees": (EMPLOYEE,),
     "all": (ARTISTS, ARTWORKS, EMPLOYEE),
+    "shop": (ORDERS,),
 }
+
+
+def table_set(names: str) -> tuple[Table, ...]:
+    """The tables of comma-separated set names (`all,shop`)."""
+    return tuple(table for name in names.split(",") for table in TABLE_SETS[name.strip()])

@@ -6,11 +6,13 @@
 
 Spark creates them in the catalog when the catalog keeps views (JDBC, REST and Hive do; Iceberg's Glue catalog
 does not, so there Athena holds them, from `pipeline athena-ddl`). Athena's text is the same view transpiled
-by sqlglot into the Athena (Trino) dialect, so the two engines never drift apart.
+by sqlglot into the Athena (Trino) dialect, so the two engines never drift apart. The views select columns
+as they are, so their types are the tables' (docs/types.md); `athena_type` names a column type for Glue.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,7 @@ from tables.lake import lake_table, table_names
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.types import DataType
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +52,12 @@ class ViewSpec:
 
         # Every identifier quoted: Athena wants names that start with `_` (the pipeline's columns) in quotes.
         return sqlglot.transpile(self.spark_ddl(None), read="spark", write="athena", identify=True)[0]
+
+
+def athena_type(kind: DataType) -> str:
+    """A Spark column type as Glue and Athena name it: Spark's `timestamp_ntz` (a source `timestamp`) is their
+    `timestamp`, which has no zone either; the other types are spelled the same."""
+    return re.sub(r"\btimestamp_ntz\b", "timestamp", kind.simpleString())
 
 
 def mirror_views(cfg: PipelineConfig, table: str) -> list[ViewSpec]:

@@ -38,6 +38,15 @@ def test_hard_delete_merge_removes_rows_and_skips_unseen_deletes() -> None:
     assert "WHEN NOT MATCHED AND NOT s._is_deleted THEN INSERT" in sql
 
 
+def test_unchanged_columns_keep_the_mirrors_value_and_are_not_stored() -> None:
+    sql = merge_sql("m", "c", merge_clauses(["id", "name", "bio", *META, "_unchanged"], ["id"], "soft"))
+    update, insert = sql.splitlines()[2:]
+    kept = "t.`bio` = CASE WHEN array_contains(s._unchanged, 'bio') THEN t.`bio` ELSE s.`bio` END"
+    assert kept in update
+    assert "t.`id` = s.`id`" in update and "_unchanged" not in insert
+    assert "t.`_unchanged`" not in sql
+
+
 def test_composite_keys_join_on_every_column() -> None:
     assert merge_clauses(["a", "b", *META], ["a", "b"], "soft").on == "t.`a` = s.`a` AND t.`b` = s.`b`"
 

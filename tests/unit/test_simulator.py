@@ -203,3 +203,40 @@ def test_options_are_validated(tmp_path: Path) -> None:
     used.record(_changes(3))
     with pytest.raises(SimulationError, match="already holds 3 changes"):
         Simulation(SimulationOptions(format="dms-json"), _ListTransport(), used, None)
+
+
+def test_updates_always_change_a_column() -> None:
+    assert all(c.before != c.after for c in _changes(5000) if c.op == "u")
+
+
+def test_shop_orders_carry_semantic_types_toast_placeholders_and_truncates(tmp_path: Path) -> None:
+    from simulators.semantic import PLACEHOLDER
+    from simulators.tables import ORDERS
+
+    db = SourceDatabase(TABLE_SETS["shop"], seed=2, rows_per_table=20, truncate_every=40)
+    live = itertools.chain.from_iterable(itertools.islice(db.transactions(), 100))
+    changes = list(itertools.chain(db.snapshot(), live))
+    row = DebeziumEnvelope().value_schema(ORDERS, 1)["fields"][0]["type"][1]
+    after = {f["name"]: f["type"][1] for f in row["fields"] if isinstance(f["type"], list)}
+    assert after["updated_at"]["connect.name"] == "io.debezium.time.MicroTimestamp"
+    assert after["amount"]["logicalType"] == "decimal" and after["tags"]["connect.name"] == "io.debezium.data.Json"
+    envelope = DebeziumEnvelope()
+    schema = avro_schema(envelope.value_schema(ORDERS, 1))
+    placeholders = 0
+    for change in changes:
+        value = envelope.value(change)
+        fastavro.schemaless_writer(BytesIO(), schema.parsed, value)  # every record encodes with the schema
+        if change.op == "u":
+            sent = value["after"][1]
+            unchanged = change.before["notes"] == change.after["notes"]
+            assert (sent["notes"] == PLACEHOLDER) == unchanged
+            placeholders += unchanged
+    assert placeholders > 0
+    truncates = [c for c in changes if c.op == "t"]
+    assert len(truncates) == 2 and all(c.truncated for c in truncates)
+    assert envelope.value(truncates[0])["op"] == "t" and envelope.value(truncates[0])["after"] is None
+    truth = TruthStore(tmp_path / "truth.db")
+    truth.record(changes)
+    as_text = {key: json.loads(json.dumps(row, default=str)) for key, row in db.rows["orders"].items()}
+    assert truth.state_at("shop.public.orders") == as_text
+    assert truth.state_at("shop.public.orders", truncates[0].commit_us) == {}  # the truncate emptied it

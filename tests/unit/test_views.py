@@ -8,7 +8,7 @@ from sqlglot import exp
 from pipeline.config import load_config
 from pipeline.stack.services import all_services
 from tables.catalog import keeps_views
-from tables.views import table_views
+from tables.views import athena_type, table_views
 
 
 def _cfg(tmp_path: Path, *overrides: str):
@@ -36,3 +36,13 @@ def test_glue_keeps_no_views_and_the_metastore_runs_when_asked(tmp_path: Path) -
     assert "metastore" not in [s.name for s in all_services(_cfg(tmp_path))]
     assert "metastore" in [s.name for s in all_services(_cfg(tmp_path, "catalog.type=hive"))]
     assert "metastore" in [s.name for s in all_services(_cfg(tmp_path, "stack.metastore=true"))]
+
+
+def test_spark_types_are_named_as_athena_names_them() -> None:
+    from pyspark.sql.types import (ArrayType, DateType, DecimalType, StructField, StructType, TimestampNTZType,
+                                   TimestampType)
+
+    assert athena_type(TimestampNTZType()) == "timestamp" and athena_type(TimestampType()) == "timestamp"
+    assert athena_type(DecimalType(12, 2)) == "decimal(12,2)" and athena_type(DateType()) == "date"
+    nested = StructType([StructField("at", ArrayType(TimestampNTZType()))])
+    assert athena_type(nested) == "struct<at:array<timestamp>>"
