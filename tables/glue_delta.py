@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from pipeline.config import PipelineConfig
+from tables.views import athena_type
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,7 +35,7 @@ def s3_location(path: str) -> str:
 def glue_columns(spark: SparkSession, path: str) -> list[dict[str, str]]:
     """The Delta table's columns as Glue (Hive) types, in the table's order."""
     schema = spark.read.format("delta").load(path).schema
-    return [{"Name": f.name, "Type": f.dataType.simpleString()} for f in schema.fields]
+    return [{"Name": f.name, "Type": athena_type(f.dataType)} for f in schema.fields]
 
 
 def table_input(name: str, location: str, columns: list[dict[str, str]]) -> dict[str, Any]:
