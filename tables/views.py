@@ -2,7 +2,8 @@
 
 - `mirror.<t>_current`: the mirror without soft-deleted rows, the source's current state.
 - `mirror.<t>_deleted`: the soft-deleted rows with `_deleted_at`, what the source deleted and when.
-- `changelog.<t>_latest`: the newest change per key (by `_seq`), deletes included.
+- `changelog.<t>_latest`: the newest change per key (by `_seq`), deletes included; a truncate deletes the keys
+  it follows, as in the mirror.
 
 Spark creates them in the catalog when the catalog keeps views (JDBC, REST and Hive do; Iceberg's Glue catalog
 does not, so there Athena holds them, from `pipeline athena-ddl`). Athena's text is the same view transpiled
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from cdc.merge import TRUNCATE
 from pipeline.config import PipelineConfig
 from tables.lake import lake_table, table_names
 
@@ -69,12 +71,21 @@ def mirror_views(cfg: PipelineConfig, table: str) -> list[ViewSpec]:
 
 
 def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns: list[str]) -> ViewSpec:
-    """Columns are listed, not `*`, so the rank stays out of the view; new columns need the view replaced,
-    which the mirror stage does when it sees them."""
+    """The newest change per key, with the table's newest truncate applied as the mirror applies it (a key whose
+    change is older than the truncate shows as deleted by it). Columns are listed, not `*`, so the rank stays
+    out of the view; new columns need the view replaced, which the mirror stage does when it sees them."""
     partition = ", ".join(f"`{k}`" for k in keys)
-    listed = ", ".join(f"`{c}`" for c in columns)
-    body = (f"SELECT {listed} FROM (SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) "
-            f"AS {LATEST_RANK} FROM {{table}}) WHERE {LATEST_RANK} = 1")
+    older = ("t._seq IS NOT NULL AND (c._seq.source_major < t._seq.source_major OR (c._seq.source_major = "
+             "t._seq.source_major AND c._seq.source_minor < t._seq.source_minor))")
+    by_truncate = {"_op": f"'{TRUNCATE}'", "_is_deleted": "true", "_seq": "t._seq", "_source_ts": "t._source_ts"}
+    listed = ", ".join(f"CASE WHEN {older} THEN {by_truncate[c]} ELSE c.`{c}` END AS `{c}`" if c in by_truncate
+                       else f"c.`{c}`" for c in columns)
+    changes = (f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) AS {LATEST_RANK} "
+               f"FROM {{table}} WHERE _op <> '{TRUNCATE}'")
+    truncate = (f"SELECT _seq, _source_ts, row_number() OVER (ORDER BY _seq DESC) AS {LATEST_RANK} "
+                f"FROM {{table}} WHERE _op = '{TRUNCATE}'")
+    body = (f"SELECT {listed} FROM ({changes}) c LEFT JOIN ({truncate}) t ON t.{LATEST_RANK} = 1 "
+            f"WHERE c.{LATEST_RANK} = 1")
     return ViewSpec(cfg.changelog.namespace, f"{table}{cfg.mirror.latest_view_suffix}", table, body)
 
 

@@ -15,6 +15,8 @@ from pyspark.sql.avro.functions import from_avro
 
 from cdc.normalize import normalize, rejections
 from cdc.semantic_types import PLACEHOLDER
+from pipeline.config import load_config
+from tables.views import latest_change_view
 
 pytestmark = pytest.mark.integration
 
@@ -216,23 +218,28 @@ def test_the_stage_dead_letters_what_cannot_land_with_its_reason(cfg, stack, spa
                   for r in dead.collect()) == [("DecimalOverflow", "big"), ("ToastPlaceholderInKey", "body")]
 
 
+def _changes_around_a_truncate(spark):
+    """Changes of keys 1 and 2 with TOAST placeholders, a truncate, then an insert of key 3."""
+    rows = [  # (id, body, tags, _unchanged, _op, major)
+        (1, "first", "a", [], "c", 10), (1, None, "b", ["body"], "u", 20),
+        (1, None, None, ["body", "tags"], "u", 30),
+        (2, None, "x", ["body"], "u", 40), (None, None, None, [], "t", 50), (3, "new", "n", [], "c", 60),
+    ]
+    return spark.createDataFrame(
+        [(i, body, tags, unchanged, op, op == "t", datetime(2026, 1, 1) + timedelta(seconds=major), (major, major, 0, n))
+         for n, (i, body, tags, unchanged, op, major) in enumerate(rows)],
+        "id int, body string, tags string, _unchanged array<string>, _op string, _is_deleted boolean, "
+        "_source_ts timestamp, _seq struct<source_major:long,source_minor:long,transport_partition:int,"
+        "transport_offset:long>")
+
+
 def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_truncate_deletes_older_rows(
         spark) -> None:
     """The mirror's reduce (Spark, no table): placeholders take the newest earlier real value; a truncate turns
     every older key, and the mirror's older live rows, into deletes at its position."""
     from cdc.merge import latest_per_key, truncated
 
-    rows = [  # (id, body, tags, _unchanged, _op, major)
-        (1, "first", "a", [], "c", 10), (1, None, "b", ["body"], "u", 20),
-        (1, None, None, ["body", "tags"], "u", 30),
-        (2, None, "x", ["body"], "u", 40), (None, None, None, [], "t", 50), (3, "new", "n", [], "c", 60),
-    ]
-    changes = spark.createDataFrame(
-        [(i, body, tags, unchanged, op, op == "t", datetime(2026, 1, 1) + timedelta(seconds=major), (major, major, 0, n))
-         for n, (i, body, tags, unchanged, op, major) in enumerate(rows)],
-        "id int, body string, tags string, _unchanged array<string>, _op string, _is_deleted boolean, "
-        "_source_ts timestamp, _seq struct<source_major:long,source_minor:long,transport_partition:int,"
-        "transport_offset:long>")
+    changes = _changes_around_a_truncate(spark)
     reduced = latest_per_key(changes, ["id"])
     mirror = spark.createDataFrame([(4, "kept", "k", "r", False, (5, 5, 0, 0)),
                                     (5, "later", "l", "c", False, (70, 70, 0, 9))],
@@ -246,3 +253,16 @@ def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_trun
     assert {i: (r["_op"], r["_is_deleted"], r["_seq"]["source_major"]) for i, r in after.items()} == {
         1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60), 4: ("t", True, 50), 5: ("c", False, 70)}
     assert after[4]["body"] == "kept"  # a soft delete keeps the last known values
+
+
+def test_the_latest_change_view_applies_the_newest_truncate_like_the_mirror(spark, tmp_path) -> None:
+    """`changelog.<t>_latest` over the same changes: keys older than the truncate show as deleted by it, at its
+    position; the truncate itself, which names no key, is no row of the view."""
+    changes = _changes_around_a_truncate(spark)
+    changes.createOrReplaceTempView("changes_around_a_truncate")
+    cfg = load_config(overrides=[f"home={tmp_path}"], environ={})
+    view = latest_change_view(cfg, "changes_around_a_truncate", ["id"], changes.columns)
+    rows = {r["id"]: r for r in spark.sql(view.select("changes_around_a_truncate")).collect()}
+    assert {i: (r["_op"], r["_is_deleted"], r["_seq"]["source_major"]) for i, r in rows.items()} == {
+        1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60)}
+    assert rows[1]["_source_ts"] == datetime(2026, 1, 1) + timedelta(seconds=50)

@@ -27,7 +27,7 @@ def test_each_table_has_three_views_in_spark_and_athena(tmp_path: Path) -> None:
         assert isinstance(spark, exp.Create) and isinstance(athena, exp.Create) and athena.kind == "VIEW"
         assert athena.this.sql("athena") == f'"{view.namespace}"."{view.name}"'
     latest = sqlglot.parse_one(views[2].athena_ddl(), read="athena")
-    assert [c.name for c in latest.expression.expressions] == ["artist_id", "name", "_is_deleted", "_seq"]
+    assert [c.alias_or_name for c in latest.expression.expressions] == ["artist_id", "name", "_is_deleted", "_seq"]
 
 
 def test_glue_keeps_no_views_and_the_metastore_runs_when_asked(tmp_path: Path) -> None:
