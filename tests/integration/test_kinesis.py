@@ -23,13 +23,15 @@ from pipeline.sources.kinesis.options import source_options
 from pipeline.sources.kinesis.reader import KinesisDataLoss, KinesisStreamReader
 from simulators.kinesis import KinesisTransport
 from simulators.simulation import Simulation, SimulationOptions, Summary
+from simulators.tables import table_set
 from simulators.truth import TruthStore
 from tests.integration.test_changelog import _StageProcess
-from tests.integration.test_mirror import KEYS, _assert_equal_to_truth, _configure
+from tests.integration.test_mirror import _assert_equal_to_truth, _configure
 
 pytestmark = pytest.mark.integration
 
 ROLE_ACCOUNT = "222222222222"
+LANDED = [table.name for table in table_set(SimulationOptions().tables)]  # the simulated DMS source's tables
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +246,7 @@ SLOW = pytest.mark.timeout(1800)  # the shared setup starts a second Spark; on a
 def test_a_killed_stage_lands_every_record_once(landed, spark) -> None:
     cfg, prefix, summary, _ = landed
     poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
-    tables = [_changelog(spark, cfg, f"{prefix}_{name}") for name in KEYS]
+    tables = [_changelog(spark, cfg, f"{prefix}_{name}") for name in LANDED]
     positions = [(row["partition"], row["sequence"]) for table in tables
                  for row in table.select("_transport.partition", "_transport.sequence").collect()]
     assert len(positions) == summary.messages_acknowledged - poison  # duplicates sent are kept: each is a record
@@ -279,6 +281,6 @@ def test_transport_names_stream_shard_and_sequence_in_shard_order(landed, spark)
 @SLOW
 def test_the_mirror_of_a_kinesis_changelog_equals_the_truth(landed, spark) -> None:
     cfg, prefix, _, truth = landed
-    tables = [f"{prefix}_{name}" for name in KEYS]
+    tables = [f"{prefix}_{name}" for name in LANDED]
     MirrorStage(cfg, spark).run_once(tables)
     _assert_equal_to_truth(cfg, spark, truth, tables)
