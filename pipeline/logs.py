@@ -31,6 +31,17 @@ def _redact_processor(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     return {key: value if key == "event" else redact(value, key) for key, value in event.items()}
 
 
+class _CurrentStderr:
+    """Writes to `sys.stderr` as it is at each line, not as it was when logging was configured (pytest and
+    embedding tools swap it; a bound stream may since have been closed)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "INFO", fmt: str = "text") -> None:
     """Route structlog and the standard library's logging to stderr in one format."""
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(
@@ -45,7 +56,7 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
