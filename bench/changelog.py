@@ -8,11 +8,14 @@ baseline measured in the same run on the same machine.
 2. The stage (`ChangelogStage(...).run(until_caught_up=True)`) drains the topic into its changelog table.
 3. The baseline drains a topic of as many version-1 messages with one fixed schema: Kafka -> `from_avro` ->
    an Iceberg append, no normalisation, no routing, no dead letters, no idempotency check.
+4. The same over `--topics` topics (tables) of `--topic-events` events each: the stage drains them all in one
+   run; the baseline drains each topic into its own table, one plain query after the other.
 Both are first run untimed on `--warmup` events of their own topics, so neither timing includes the JVM's
 warm-up (class loading, JIT), which otherwise fell on whichever ran first: the stage.
 
-Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 2000000] [--warmup 50000] [--set k=v ...]
-Ends with: `changelog: <events/s> events/s, <ratio>x baseline`.
+Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 1000000] [--topics 10]
+[--topic-events 100000] [--warmup 50000] [--set k=v ...]
+Ends with: `changelog: <events/s> events/s, <ratio>x baseline; <topics> topics <ratio>x`.
 """
 
 from __future__ import annotations
@@ -84,8 +87,8 @@ def produce(cfg: PipelineConfig, topic: str, pool: list[Message], count: int) ->
     print(f"  produced {count:,} to {topic} in {time.perf_counter() - started:.1f} s", flush=True)
 
 
-def time_stage(cfg: PipelineConfig, spark, prefix: str, home: Path) -> float:
-    changelog = cfg.changelog.model_copy(update={"topic_pattern": rf"{prefix}\..*", "topics": [],
+def time_stage(cfg: PipelineConfig, spark, pattern: str, home: Path) -> float:
+    changelog = cfg.changelog.model_copy(update={"topic_pattern": pattern, "topics": [],
                                                  "checkpoint": str(home / "stage-checkpoint")})
     stage = ChangelogStage(cfg.model_copy(update={"changelog": changelog}), spark)
     started = time.perf_counter()
@@ -93,44 +96,64 @@ def time_stage(cfg: PipelineConfig, spark, prefix: str, home: Path) -> float:
     return time.perf_counter() - started
 
 
-def time_baseline(cfg: PipelineConfig, spark, topic: str, schema: str, home: Path) -> float:
-    """Kafka -> from_avro with one fixed schema -> one Iceberg table, in the same trigger as the stage."""
+def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, home: Path) -> float:
+    """Kafka -> from_avro with one fixed schema -> an Iceberg table per topic, in the same trigger as the stage."""
     from pyspark.sql.avro.functions import from_avro
 
-    reader = (spark.readStream.format("kafka").options(**kafka.spark_options(cfg.kafka))
-              .option("subscribe", topic).option("startingOffsets", "earliest"))
-    if cfg.changelog.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(cfg.changelog.max_offsets_per_trigger))
-    rows = reader.load().select(from_avro(Framing.of(cfg.registry.written_wire_format).body(), schema).alias("v")).select("v.*")
-    table = f"{cfg.catalog.name}.bench.{topic.replace('-', '_').replace('.', '_')}"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.bench")
     started = time.perf_counter()
-    (rows.writeStream.format("iceberg").trigger(availableNow=True)
-     .option("checkpointLocation", str(home / "baseline-checkpoint")).toTable(table).awaitTermination())
+    for topic in topics:
+        reader = (spark.readStream.format("kafka").options(**kafka.spark_options(cfg.kafka))
+                  .option("subscribe", topic).option("startingOffsets", "earliest"))
+        if cfg.changelog.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(cfg.changelog.max_offsets_per_trigger))
+        body = Framing.of(cfg.registry.written_wire_format).body()
+        rows = reader.load().select(from_avro(body, schema).alias("v")).select("v.*")
+        table = f"{cfg.catalog.name}.bench.{topic.replace('-', '_').replace('.', '_')}"
+        (rows.writeStream.format("iceberg").trigger(availableNow=True)
+         .option("checkpointLocation", str(home / f"baseline-{topic}")).toTable(table).awaitTermination())
     return time.perf_counter() - started
 
 
-def race(cfg: PipelineConfig, spark, events: int, home: Path) -> tuple[float, float]:
-    """Seconds the stage and the baseline take to drain `events` messages each, from topics of their own (the
-    stage's topic needs its own simulation: the registry subjects are named after it)."""
+def race(cfg: PipelineConfig, spark, topics: int, events: int, home: Path) -> tuple[float, float]:
+    """Seconds the stage and the baseline take to drain `events` messages from each of `topics` topics of
+    their own. The stage's first topic has its own simulation (the registry subjects are named after it); the
+    others carry the same messages, their writer schemas registered under each topic's subject in order."""
     prefix = f"bench{uuid.uuid4().hex[:6]}"
     pool = simulate_pool(cfg, prefix, min(POOL, events))
-    writers = {confluent_unframe(m.value)[0] for m in pool if m.value}
+    serde = serde_from_settings(cfg.registry, cfg.aws)
+    writers = sorted({confluent_unframe(m.value)[0] for m in pool if m.value})
     first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
-    print(f"simulated {len(pool):,} distinct changes, writer schema ids {sorted(writers)}", flush=True)
-    produce(cfg, pool[0].topic, pool, events)
-    baseline_topic = f"{prefix}-baseline"
-    produce(cfg, baseline_topic, [m for m in pool if m.value and confluent_unframe(m.value)[0] == first], events)
-    schema = serde_from_settings(cfg.registry, cfg.aws).registry.schema(first)
-    print("stage: draining ...", flush=True)
-    stage_s = time_stage(cfg, spark, prefix, home / prefix)
-    print("baseline: draining ...", flush=True)
-    return stage_s, time_baseline(cfg, spark, baseline_topic, schema, home / prefix)
+    print(f"simulated {len(pool):,} distinct changes, writer schema ids {writers}", flush=True)
+    stage_topics = [pool[0].topic] + [pool[0].topic.replace(prefix, f"{prefix}t{n}", 1) for n in range(1, topics)]
+    for topic in stage_topics[1:]:
+        for writer in writers:
+            serde.registry.register(f"{topic}-value", serde.registry.schema(writer))
+    v1 = [m for m in pool if m.value and confluent_unframe(m.value)[0] == first]
+    baseline_topics = [f"{prefix}-baseline{n}" for n in range(topics)]
+    for stage_topic, baseline_topic in zip(stage_topics, baseline_topics):
+        produce(cfg, stage_topic, pool, events)
+        produce(cfg, baseline_topic, v1, events)
+    schema = serde.registry.schema(first)
+    print(f"stage: draining {topics} topic(s) ...", flush=True)
+    stage_s = time_stage(cfg, spark, rf"{prefix}(t\d+)?\..*", home / prefix)
+    print(f"baseline: draining {topics} topic(s) ...", flush=True)
+    return stage_s, time_baseline(cfg, spark, baseline_topics, schema, home / prefix)
+
+
+def report(name: str, events: int, stage_s: float, baseline_s: float) -> tuple[float, float]:
+    """Prints both rates; returns the stage's rate and its ratio to the baseline's."""
+    stage_rate, baseline_rate = events / stage_s, events / baseline_s
+    print(f"{name}: stage    {stage_rate:12,.0f} events/s  ({events:,} events, {stage_s:.1f} s)", flush=True)
+    print(f"{name}: baseline {baseline_rate:12,.0f} events/s  ({events:,} events, {baseline_s:.1f} s)", flush=True)
+    return stage_rate, stage_rate / baseline_rate
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--topics", type=int, default=10)
+    parser.add_argument("--topic-events", type=int, default=100_000)
     parser.add_argument("--warmup", type=int, default=50_000, help="events of the untimed first run of each")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
@@ -141,13 +164,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         if args.warmup:
             print(f"warm-up: {args.warmup:,} events each, untimed", flush=True)
-            race(cfg, spark, args.warmup, Path(folder))
-        stage_s, baseline_s = race(cfg, spark, args.events, Path(folder))
-    stage_rate, baseline_rate = args.events / stage_s, args.events / baseline_s
-    print(f"stage      {stage_rate:12,.0f} events/s  ({args.events:,} events, {stage_s:.1f} s)")
-    print(f"baseline   {baseline_rate:12,.0f} events/s  ({args.events:,} events, {baseline_s:.1f} s)")
+            race(cfg, spark, 1, args.warmup, Path(folder))
+        stage_rate, one = report("1 topic", args.events, *race(cfg, spark, 1, args.events, Path(folder)))
+        _, many = report(f"{args.topics} topics", args.topics * args.topic_events,
+                         *race(cfg, spark, args.topics, args.topic_events, Path(folder)))
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
-    print(f"changelog: {stage_rate:.0f} events/s, {stage_rate / baseline_rate:.2f}x baseline")
+    print(f"changelog: {stage_rate:.0f} events/s, {one:.2f}x baseline; {args.topics} topics {many:.2f}x")
 
 
 if __name__ == "__main__":

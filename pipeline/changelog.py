@@ -35,6 +35,7 @@ from cdc.control import control_kind
 from cdc.framing import Framing, Kind
 from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, rejections
 from pipeline import kafka
+from pipeline.kafka_batch import TopicRange, batch_ranges
 from pipeline.config import DeadLetterSettings, PipelineConfig
 from pipeline.sources.kinesis import changelog as kinesis
 from pipeline.sources.kinesis.client import KinesisUnavailable
@@ -85,6 +86,11 @@ class BatchReport:
     dead_by_topic: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> error class -> count
     dead_letters_skipped: bool = False  # the batch's dead letters were already stored (a replay)
     control: dict[str, int] = field(default_factory=dict)  # Debezium heartbeats, transaction records: skipped
+    seconds: float = 0.0  # how long the batch took to land
+
+    @property
+    def rows_per_s(self) -> int:
+        return round(self.rows_in / self.seconds) if self.seconds else 0
 
     def dead_letter_excess(self, bound: DeadLetterSettings) -> str | None:
         """What breaks the bound, in words, or None: the first (topic, error class) past it."""
@@ -339,7 +345,7 @@ class ChangelogStage:
             log.info("changelog.batch", batch=batch_id, rows_in=report.rows_in, tables=report.tables,
                      dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
                      control=report.control,
-                     rows_per_s=round(progress.get("processedRowsPerSecond") or 0), lag=lag)
+                     rows_per_s=report.rows_per_s, lag=lag)
             logged = batch_id
         return logged
 
@@ -352,10 +358,13 @@ class ChangelogStage:
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
         """Land one micro-batch under the query's id, then hold its dead letters to the bound."""
-        if self.cfg.changelog.source == "kinesis":
-            batch = kinesis.kafka_shaped(batch, batch_id)
+        started = time.monotonic()
         report = BatchReport(batch_id, writer=self._query_id())
-        self.land(batch, report)
+        if self.cfg.changelog.source == "kinesis":
+            self.land(kinesis.kafka_shaped(batch, batch_id), report)
+        else:  # the streaming batch is not read: each topic's records are, once, by their offset ranges
+            self.land_topics(batch_ranges(self.spark, str(self.cfg.changelog.checkpoint), batch_id), report)
+        report.seconds = time.monotonic() - started
         self.reports.append(report)
         self._hold_to_bound(report)
 
@@ -377,35 +386,98 @@ class ChangelogStage:
             raise self._stopped_by
 
     def land(self, batch: DataFrame, report: BatchReport, store_dead_letters: bool = True) -> None:
-        """One job plans the batch (rows per topic, kind and schema id, and DMS JSON row types) and caches
-        its rows; then each topic's rows are decoded and appended in one pass. Dead letters are gathered
-        from what the plan and the appends' observed counts say is there, counted, and appended once
+        """Land rows of any topics, planned by reading them (`_planned`); dead letters are appended once
         (unless `store_dead_letters` is off: a replay of stored dead letters only counts what still fails)."""
+        raw = self._classified(batch).persist()
+        try:
+            self._append_dead_letters(self._planned(raw, report), report, store_dead_letters)
+        finally:
+            raw.unpersist()
+
+    def land_topics(self, ranges: list[TopicRange], report: BatchReport) -> None:
+        """Land a Kafka batch topic by topic, each topic's records read once (`_one_pass`); dead letters last."""
+        dead: list[DataFrame] = []
+        for topic_range in ranges:
+            rows = topic_range.read(self.spark, self.cfg.kafka, headers=self.framing.reads_headers)
+            dead += self._one_pass(self._classified(rows), topic_range.topic, report)
+        self._append_dead_letters(dead, report)
+
+    def _classified(self, batch: DataFrame) -> DataFrame:
+        """The rows with their writer schema id, whether the body is compressed, and their kind (`cdc.framing`)."""
         from pyspark.sql import functions as F
 
-        batch_id = report.batch_id
         schema_id, compressed = self.framing.schema_id("headers" in batch.columns), self.framing.compressed()
         if self.cfg.changelog.source == "kinesis":  # DMS JSON only: no registry frames, no registry lookups
             schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
         transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            schema_id.alias("schema_id"), compressed.alias("compressed"))
-        raw = raw.withColumn("kind", framing.kind(F.col("schema_id"))).persist()
-        try:
-            plans = self._plan(raw)
-            batch_rows = self._per_topic_tasks(raw, len(plans))
-            report.rows_in = sum(plan.rows for plan in plans.values())
-            report.tombstones = sum(plan.tombstones for plan in plans.values())
-            report.records = {topic: plan.rows - plan.tombstones for topic, plan in plans.items()}
-            dead = []
-            if any(plan.unframed for plan in plans.values()):
-                dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
-                                       f"neither {self.framing.expected} nor a DMS JSON object"))
-            for topic, plan in sorted(plans.items()):
-                dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, batch_id, report)
-            self._append_dead_letters(dead, report, store_dead_letters)
-        finally:
-            raw.unpersist()
+        return raw.withColumn("kind", framing.kind(F.col("schema_id")))
+
+    def _one_pass(self, raw: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
+        """One topic's records (`_classified`) decoded and appended as they are read, with no pass to plan
+        them: the writers are every version of the topic's subject (`SchemaResolver.subject_writers`), asked
+        of the registry per batch, which holds every version the batch's records were written with by then.
+
+        What that does not cover is counted on the way (an id of no version of the subject, DMS JSON, unframed
+        bytes, a compressed body) and, only when there is some, read again and landed the planned way
+        (`_planned`) under a writer id of its own, so that a replay skips or lands each part once. The part is
+        the same on a replay: a batch's ids are versions of the subject or not, whenever it is asked."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        writers = self.resolver.subject_writers(topic, self.framing.reads_headers)
+        by_reader, _ = self._by_reader(topic, dict(writers))
+        if not writers or not all(_lands(reader) for reader in by_reader):
+            # no subject the registry can list, or heartbeats: plan by reading
+            cached = raw.persist()
+            try:
+                return self._planned(cached, report)
+            finally:
+                cached.unpersist()
+        handled = ((F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isin(sorted(writers))
+                   & ~F.col("compressed"))
+        tombstone = F.col("kind") == Kind.TOMBSTONE.value
+        counts = (F.count(F.lit(1)).alias("rows"), F.count_if(tombstone).alias("tombstones"),
+                  F.count_if(~handled & ~tombstone).alias("rest"))
+        seen = Observation(f"one pass {topic} {report.batch_id}")
+        dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
+                                 report, resolved=writers)
+        observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
+        report.rows_in += observed["rows"]
+        report.tombstones += observed["tombstones"]
+        report.records[topic] = report.records.get(topic, 0) + observed["rows"] - observed["tombstones"]
+        if observed["rest"]:
+            rest = BatchReport(report.batch_id, writer=f"{report.writer}+rest")
+            cached = raw.where(~handled & ~tombstone).persist()
+            try:
+                dead += self._planned(cached, rest)
+            finally:
+                cached.unpersist()
+            for table, n in rest.tables.items():
+                report.tables[table] = report.tables.get(table, 0) + n
+            report.skipped += rest.skipped
+        return dead
+
+    def _planned(self, raw: DataFrame, report: BatchReport) -> list[DataFrame]:
+        """One job plans the (`_classified`, cached) rows: rows per topic, kind and schema id, and DMS JSON row
+        types; then each topic's rows are decoded and appended. Returns the dead letters, gathered from what the
+        plan and the appends' observed counts say is there."""
+        from pyspark.sql import functions as F
+
+        plans = self._plan(raw)
+        batch_rows = self._per_topic_tasks(raw, len(plans))
+        report.rows_in += sum(plan.rows for plan in plans.values())
+        report.tombstones += sum(plan.tombstones for plan in plans.values())
+        for topic, plan in plans.items():
+            report.records[topic] = report.records.get(topic, 0) + plan.rows - plan.tombstones
+        dead = []
+        if any(plan.unframed for plan in plans.values()):
+            dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
+                                   f"neither {self.framing.expected} nor a DMS JSON object"))
+        for topic, plan in sorted(plans.items()):
+            dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, report.batch_id, report)[0]
+        return dead
 
     def _per_topic_tasks(self, raw: DataFrame, topics: int) -> DataFrame:
         """The cached batch, read by as many tasks as one topic has partitions (at least one per core).
@@ -450,9 +522,24 @@ class ChangelogStage:
             plan.add(Kind(group["kind"]), group["schema_id"], group["rows"], group["row_type"], group["compressed"])
         return plans
 
-    def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport) -> list[DataFrame]:
-        """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters: what
-        did not decode, and what decoded but must not land (`cdc.normalize.rejections`)."""
+    def _by_reader(self, topic: str, writers: dict[str, str | UnresolvedSchemaId]
+                   ) -> tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]]:
+        """Writers grouped by their reader schema (the subject's latest), and the ids that name no writer,
+        grouped by (error class, reason)."""
+        unresolved: dict[tuple[str, str], list[str]] = {}
+        by_reader: dict[str, dict[str, str]] = {}
+        for schema_id, writer in writers.items():
+            if isinstance(writer, UnresolvedSchemaId):
+                unresolved.setdefault((writer.error_class, str(writer)), []).append(schema_id)
+            else:
+                by_reader.setdefault(self.resolver.reader(topic, writer), {})[schema_id] = writer
+        return by_reader, unresolved
+
+    def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
+               resolved: dict[str, str] | None = None) -> tuple[list[DataFrame], Appended | None]:
+        """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters (what
+        did not decode, and what decoded but must not land: `cdc.normalize.rejections`) and the append, if
+        any. `resolved`: the writers by id, when known without the plan's ids."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -460,13 +547,8 @@ class ChangelogStage:
         # (format, rows with `v` and `_valid`, dead letter, reader schema text)
         decoded: list[tuple[str, DataFrame, str, str, str | None]] = []
         dead: list[DataFrame] = []
-        unresolved: dict[tuple[str, str], list[str]] = {}  # (error class, reason) -> ids
-        by_reader: dict[str, dict[str, str]] = {}
-        for schema_id, writer in self.resolver.writers(plan.topic, plan.framed).items():
-            if isinstance(writer, UnresolvedSchemaId):
-                unresolved.setdefault((writer.error_class, str(writer)), []).append(schema_id)
-            else:
-                by_reader.setdefault(self.resolver.reader(plan.topic, writer), {})[schema_id] = writer
+        by_reader, unresolved = self._by_reader(
+            plan.topic, resolved if resolved is not None else self.resolver.writers(plan.topic, plan.framed))
         framed = rows.where(F.col("kind") == Kind.FRAMED.value)
         for (error_class, reason), ids in unresolved.items():
             dead.append(self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason))
@@ -492,7 +574,7 @@ class ChangelogStage:
                             "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
                             "(operation, timestamp, transaction-record-id)", None))
         if not decoded:
-            return dead
+            return dead, None
         keys = self.cfg.mirror.key_columns(f"{db}_{table}")
         refused = [rejections(part, fmt, reader, keys) for fmt, part, _, _, reader in decoded]
         observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
@@ -510,7 +592,7 @@ class ChangelogStage:
                 for i, (condition, refusal, reason) in enumerate(checks):  # each row once, by its first reason
                     dead.append(self._dead(part.where(F.col(decode.VALID) & condition & ~any_rejection(checks[:i])),
                                            refusal, reason))
-        return dead
+        return dead, done
 
     @staticmethod
     def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
@@ -578,6 +660,18 @@ class Stall:
         delay, self._delay = self._delay, min(60.0, self._delay * 2)
         self._next_probe = now + delay
         return delay
+
+
+def _lands(reader: str) -> bool:
+    """Whether records of this reader schema land in a table (not heartbeats, nor of no known CDC format)."""
+    schema = json.loads(reader)
+    if control_kind(schema) is not None:
+        return False
+    try:
+        detect_format(schema)
+    except ValueError:
+        return False
+    return True
 
 
 def _found_nothing_new(query: StreamingQuery) -> bool:

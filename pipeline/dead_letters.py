@@ -107,7 +107,8 @@ def replay(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), err
         if not report.selected:
             return report
         found = sorted(row["topic"] for row in letters.select("topic").distinct().collect())
-        pending = _against_changelog(cfg, spark, letters, found, landed=False)
+        # cut from the changelog tables it was read against: landing may add columns to those tables
+        pending = _against_changelog(cfg, spark, letters, found, landed=False).localCheckpoint()
         stage = ChangelogStage(_subscribed(cfg, found), spark)
         columns = [c for c in (*KAFKA_COLUMNS, *TRANSPORT_EXTRAS) if c in pending.columns]
         landing = BatchReport(0, writer=f"replay-{uuid.uuid4()}")

@@ -111,6 +111,24 @@ class ApicurioClient:
         path = f"/groups/{group}/artifacts/{artifact_id}/versions/branch=latest"
         return ArtifactVersion.parse(self._rest.call("GET", path, f"artifact {group}/{artifact_id}").json())
 
+    def versions(self, artifact_id: str, group: str | None = None, page: int = 500) -> list[ArtifactVersion]:
+        """Every version of the artifact, oldest first; none when there is no such artifact."""
+        group = group or self.group
+        path, what = f"/groups/{group}/artifacts/{artifact_id}/versions", f"artifact {group}/{artifact_id}"
+        found: list[ArtifactVersion] = []
+        while True:
+            try:
+                listed = self._rest.call("GET", path, what, params={"offset": len(found), "limit": page,
+                                                                     "orderby": "globalId", "order": "asc"}).json()
+            except RegistryError as exc:
+                if exc.status == 404:
+                    return []
+                raise
+            found += [ArtifactVersion.parse({"groupId": group, "artifactId": artifact_id, **meta})
+                      for meta in listed["versions"]]
+            if not listed["versions"] or len(found) >= int(listed["count"]):
+                return found
+
     def by_global_id(self, global_id: int) -> str:
         return self._content("globalId", global_id)
 

@@ -23,7 +23,7 @@ from registry.backend import RegistryError, SchemaRegistry, not_found, unless_no
 from registry.ccompat import ConfluentCompatClient
 from registry.factory import schema_registry
 from registry.glue import GlueRegistry
-from registry.ids import AMBIGUOUS, UNKNOWN, UnresolvedSchemaId, WireId
+from registry.ids import AMBIGUOUS, ID_KINDS, UNKNOWN, UnresolvedSchemaId, WireId
 from registry.payload_ids import ApicurioIds
 from registry.subjects import SubjectStrategy, subject_name
 
@@ -72,6 +72,24 @@ class SchemaResolver:
             if isinstance(result, UnresolvedSchemaId) and result.error_class == AMBIGUOUS:
                 found[schema_id] = self._writer_or_why(schema_id, topic)
         return found
+
+    def subject_writers(self, topic: str, header_ids: bool) -> dict[str, str]:
+        """Every id a frame of `topic` can carry for a version of the topic's value subject, with the writer
+        text `writer` gives it, from the registry's list of the subject's versions, so a batch is decoded
+        without first scanning it for its ids. `header_ids`: the framing reads Apicurio's header ids too.
+
+        Empty where the subject cannot be told from the topic alone (a record naming strategy) or the registry
+        cannot list a subject's ids (not an Apicurio): the stage then finds a batch's ids by reading it."""
+        if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC:
+            return {}
+        versions = self.apicurio.client.versions(subject_name(self.strategy, topic, None))
+        kinds = ID_KINDS if self.apicurio.payload_id == "auto" else (self.apicurio.payload_id,)
+        numbers = {"global": [v.global_id for v in versions], "content": [v.content_id for v in versions]}
+        candidates = {str(n) for kind in kinds for n in numbers[kind]}
+        if header_ids:
+            candidates |= {f"{kind}:{n}" for kind, ns in numbers.items() for n in ns}
+        return {schema_id: text for schema_id, text in self.writers(topic, candidates).items()
+                if isinstance(text, str)}
 
     def _writer_or_why(self, schema_id: str, topic: str) -> str | UnresolvedSchemaId:
         try:
