@@ -39,7 +39,7 @@ from pipeline.changelog import ChangelogStage  # noqa: E402
 from pipeline.config import PipelineConfig, load_config  # noqa: E402
 from pipeline.spark import get_spark  # noqa: E402
 from registry.factory import serde_from_settings  # noqa: E402
-from registry.wire import confluent_unframe  # noqa: E402
+from registry.wire import confluent_frame, confluent_unframe  # noqa: E402
 from simulators.faults import Message  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
 from simulators.transport import Delivery, KafkaTransport  # noqa: E402
@@ -87,6 +87,18 @@ def produce(cfg: PipelineConfig, topic: str, pool: list[Message], count: int) ->
     print(f"  produced {count:,} to {topic} in {time.perf_counter() - started:.1f} s", flush=True)
 
 
+def reframed(serde, pool: list[Message], topic: str) -> list[Message]:
+    """The pool's messages with their writer schemas registered under `topic`'s subject, in order, and each
+    frame naming the id the registry gave it there (the pool's own topic: the messages as they are)."""
+    if topic == pool[0].topic:
+        return pool
+    ids = {}
+    for writer in sorted({confluent_unframe(m.value)[0] for m in pool if m.value}):
+        ids[writer] = serde.registry.register(f"{topic}-value", serde.registry.schema(writer))
+    return [Message(topic, m.key, m.value and confluent_frame(ids[confluent_unframe(m.value)[0]],
+                                                            confluent_unframe(m.value)[1])) for m in pool]
+
+
 def time_stage(cfg: PipelineConfig, spark, pattern: str, home: Path) -> float:
     changelog = cfg.changelog.model_copy(update={"topic_pattern": pattern, "topics": [],
                                                  "checkpoint": str(home / "stage-checkpoint")})
@@ -126,13 +138,10 @@ def race(cfg: PipelineConfig, spark, topics: int, events: int, home: Path) -> tu
     first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
     print(f"simulated {len(pool):,} distinct changes, writer schema ids {writers}", flush=True)
     stage_topics = [pool[0].topic] + [pool[0].topic.replace(prefix, f"{prefix}t{n}", 1) for n in range(1, topics)]
-    for topic in stage_topics[1:]:
-        for writer in writers:
-            serde.registry.register(f"{topic}-value", serde.registry.schema(writer))
     v1 = [m for m in pool if m.value and confluent_unframe(m.value)[0] == first]
     baseline_topics = [f"{prefix}-baseline{n}" for n in range(topics)]
     for stage_topic, baseline_topic in zip(stage_topics, baseline_topics):
-        produce(cfg, stage_topic, pool, events)
+        produce(cfg, stage_topic, reframed(serde, pool, stage_topic), events)
         produce(cfg, baseline_topic, v1, events)
     schema = serde.registry.schema(first)
     print(f"stage: draining {topics} topic(s) ...", flush=True)

@@ -29,7 +29,7 @@ from bench.stack import SETTINGS  # noqa: E402
 from pipeline import logs  # noqa: E402
 from pipeline.changelog import ChangelogStage  # noqa: E402
 from pipeline.config import PipelineConfig, load_config  # noqa: E402
-from pipeline.sources.kinesis.changelog import client_options_for  # noqa: E402
+from pipeline.changelog.transports.kinesis import client_options_for  # noqa: E402
 from pipeline.sources.kinesis.client import Kinesis  # noqa: E402
 from pipeline.spark import get_spark  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402

@@ -283,11 +283,6 @@ def cmd_changelog(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update={"source": args.source})})
     if args.streams:
         cfg = cfg.model_copy(update={"kinesis": cfg.kinesis.model_copy(update={"streams": _split(args.streams)})})
-    if cfg.changelog.source == "s3-sqs":
-        from pipeline.changelog_s3 import S3SqsChangelogStage
-
-        S3SqsChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
-        return EXIT_OK
     check_services(cfg)  # before Spark starts: an outage is named in seconds, not after the JVM is up
     ChangelogStage(cfg, get_spark(cfg)).run(until_caught_up=args.until_caught_up)
     return EXIT_OK

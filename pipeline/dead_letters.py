@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Iterable
 import structlog
 
 from cdc.normalize import TRANSPORT_EXTRAS
-from pipeline.changelog import BatchReport, ChangelogStage, StageError
+from pipeline.changelog.landing import Landing
+from pipeline.changelog.report import BatchReport
+from pipeline.changelog.transports import transport_for
 from pipeline.config import PipelineConfig
 from tables.lake import lake_table
 
@@ -94,9 +96,6 @@ def reasons(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = ()) ->
 def replay(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), error_class: str | None = None,
            ) -> ReplayReport:
     """Land the selected dead letters through the changelog stage and delete the ones that landed."""
-    if cfg.changelog.source == "s3-sqs":
-        raise StageError("dead letters from DMS files are replayed by the s3-sqs source itself: fix the files, "
-                         "then re-deliver them (dms_files.options: reprocessStartBatchId / reprocessEndBatchId)")
     letters = read(cfg, spark, topics, error_class)
     report = ReplayReport()
     if letters is None:
@@ -109,10 +108,9 @@ def replay(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), err
         found = sorted(row["topic"] for row in letters.select("topic").distinct().collect())
         # cut from the changelog tables it was read against: landing may add columns to those tables
         pending = _against_changelog(cfg, spark, letters, found, landed=False).localCheckpoint()
-        stage = ChangelogStage(_subscribed(cfg, found), spark)
         columns = [c for c in (*KAFKA_COLUMNS, *TRANSPORT_EXTRAS) if c in pending.columns]
         landing = BatchReport(0, writer=f"replay-{uuid.uuid4()}")
-        stage.land(pending.select(*columns), landing, store_dead_letters=False)
+        transport_for(_subscribed(cfg, found)).replay(Landing(cfg, spark), pending.select(*columns), landing)
         report.still_failing = {cls: n for classes in landing.dead_by_topic.values() for cls, n in classes.items()}
         landed = _against_changelog(cfg, spark, letters, found, landed=True)
         for row in landed.groupBy("topic").count().collect():
@@ -127,9 +125,8 @@ def replay(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), err
 
 
 def _subscribed(cfg: PipelineConfig, topics: list[str]) -> PipelineConfig:
-    """The configuration with the dead letters' topics as the subscription (the stage requires one)."""
-    if cfg.changelog.source == "kinesis":
-        return cfg
+    """The configuration with the dead letters' topics as the subscription (Kafka's transport requires one;
+    the others read theirs from their own settings)."""
     return cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update={"topics": topics,
                                                                                 "topic_pattern": None})})
 

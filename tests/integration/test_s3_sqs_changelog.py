@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.changelog_s3 import S3SqsChangelogStage
+from pipeline.changelog import ChangelogStage
 from pipeline.config import PipelineConfig
 from pipeline.mirror import MirrorStage
 from pipeline.verify import verify_lake
@@ -47,7 +47,7 @@ def test_dms_files_land_once_and_the_mirror_equals_the_truth(file_format: str, s
     summary = Simulation(options, transport, truth, None).run(progress=False)
     assert transport.files_written > 12  # more than one batch's worth: maxFilesPerTrigger is exercised
 
-    stage = S3SqsChangelogStage(cfg, spark)
+    stage = ChangelogStage(cfg, spark)
     stage.run(until_caught_up=True)
     tables = [f"{prefix}_{name}" for name in KEYS]
     landed = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read() for t in tables}

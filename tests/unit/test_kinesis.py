@@ -251,7 +251,7 @@ def test_kinesis_settings_are_checked_when_loaded() -> None:
 
 def test_the_stage_passes_its_settings_as_source_options() -> None:
     from pipeline.config import load_config
-    from pipeline.sources.kinesis.changelog import source_options as stage_options
+    from pipeline.changelog.transports.kinesis import source_options as stage_options
 
     cfg = load_config(overrides=["aws.endpoint_url=http://127.0.0.1:4566", "kinesis.streams=moma",
                                  "kinesis.sts_role_arn=arn:aws:iam::222222222222:role/r",
