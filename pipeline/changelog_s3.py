@@ -22,6 +22,7 @@ from pipeline.changelog import BatchReport, ChangelogStage, StageError
 from pipeline.config import PipelineConfig
 from pipeline.sources import register
 from pipeline.sources.s3sqs.status import clear_status, read_status
+from tables.names import UnmappableName, lake_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -135,13 +136,17 @@ class S3SqsChangelogStage(ChangelogStage):
         db, table = plan["db"], plan["table_name"]
         part = rows.where((F.col("db") == db) & (F.col("schema_name") == plan["schema_name"])
                           & (F.col("table_name") == table))
-        ddl = self.cfg.dms_files.csv_schemas.get(f"{db}_{table}") if self.cfg.dms_files.file_format == "csv" else None
+        try:
+            name = lake_table_name(db, table)
+        except UnmappableName as exc:
+            return [self._dead(part, exc.error_class, str(exc))]
+        ddl = self.cfg.dms_files.csv_schemas.get(name) if self.cfg.dms_files.file_format == "csv" else None
         decoded = dms_files.decode(part, plan["row_type"] or "STRUCT<>", self.cfg.dms_files.timestamp_column,
                                    self.cfg.dms_files.queue, _parse_datatype_string(ddl) if ddl else None)
         seen = Observation(f"invalid {db}.{table} {batch_id}")
         valid = decoded.observe(seen, F.count_if(~F.col(VALID)).alias("n")).where(VALID)
         changes = normalize(valid, f"dms-{self.cfg.dms_files.file_format}", db)
-        done = self._append(changes, f"{db}_{table}", batch_id, report)
+        done = self._append(changes, name, batch_id, report)
         if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
             return [self._dead(decoded.where(~F.col(VALID)), "MalformedDmsRow",
                                f"not a DMS row: needs Op I/U/D and a {self.cfg.dms_files.timestamp_column} time")]
