@@ -22,6 +22,8 @@ import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from tables.names import quote, sql_string
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.window import WindowSpec
@@ -108,10 +110,11 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
     there, only says which columns keep the mirror's value)."""
     carries = UNCHANGED in columns
     columns = [c for c in columns if c != UNCHANGED]
-    quoted = {c: f"`{c}`" for c in columns}
+    quoted = {c: quote(c) for c in columns}
     newer = "s._seq > t._seq"
     every = {quoted[c]: f"s.{quoted[c]}" for c in columns}
-    kept = {quoted[c]: f"CASE WHEN array_contains(s.{UNCHANGED}, '{c}') THEN t.{quoted[c]} ELSE s.{quoted[c]} END"
+    kept = {quoted[c]: f"CASE WHEN array_contains(s.{UNCHANGED}, {sql_string(c)}) THEN t.{quoted[c]} "
+                       f"ELSE s.{quoted[c]} END"
             for c in columns if carries and not c.startswith("_") and c not in keys}
     update = {**every, **kept}
     # A soft delete keeps the row's last known values and records only the deletion.
@@ -124,7 +127,7 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
         on_delete = Clause("update", f"{newer} AND s._is_deleted", tombstone)
         insert = Clause("insert", None, every)
     return MergeClauses(
-        on=" AND ".join(f"t.`{k}` = s.`{k}`" for k in keys),
+        on=" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys),
         matched=(on_delete, Clause("update", newer, update)),
         not_matched=(insert,),
     )

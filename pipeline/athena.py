@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from pipeline.config import PipelineConfig
 from tables.glue_delta import s3_location
 from tables.lake import table_names
+from tables.names import quote, sql_string
 from tables.views import lake_views
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class Statement:
 
 def athena_statements(cfg: PipelineConfig, spark: SparkSession) -> list[Statement]:
     namespaces = (cfg.changelog.namespace, cfg.mirror.namespace)
-    statements = [Statement(f"Glue database of the {ns} tables", f"CREATE DATABASE IF NOT EXISTS `{ns}`")
+    statements = [Statement(f"Glue database of the {ns} tables", f"CREATE DATABASE IF NOT EXISTS {quote(ns)}")
                   for ns in namespaces]
     for namespace in namespaces:
         for name in table_names(cfg, spark, namespace):
@@ -55,12 +56,12 @@ def _registration(cfg: PipelineConfig, spark: SparkSession, namespace: str, name
     if cfg.lake.format == "delta":
         location = s3_location(f"{cfg.lake.delta_root}/{namespace}/{name}")
         return Statement(f"Delta table {namespace}.{name}: Athena reads its columns from the Delta log",
-                         f"CREATE EXTERNAL TABLE `{namespace}`.`{name}` LOCATION '{location}' "
+                         f"CREATE EXTERNAL TABLE {quote(namespace, name)} LOCATION {sql_string(location)} "
                          "TBLPROPERTIES ('table_type' = 'DELTA')")
-    ref = f"{cfg.catalog.name}.{namespace}.{name}"
     if cfg.catalog.type == "glue":
         return Statement(f"Iceberg table {namespace}.{name}: in Glue already (table_type=ICEBERG)", None)
-    metadata = spark.sql(f"SELECT file FROM {ref}.metadata_log_entries ORDER BY timestamp DESC LIMIT 1").first()
+    metadata = spark.sql(f"SELECT file FROM {quote(cfg.catalog.name, namespace, name)}.metadata_log_entries "
+                         "ORDER BY timestamp DESC LIMIT 1").first()
     return Statement(
         f"Iceberg table {namespace}.{name} is in the {cfg.catalog.type} catalog, which Athena does not read.\n"
         "Write to Glue (catalog.type = 'glue'), or register it in a Glue catalog from Spark:\n"
@@ -69,12 +70,12 @@ def _registration(cfg: PipelineConfig, spark: SparkSession, namespace: str, name
 
 
 def _time_travel_examples(cfg: PipelineConfig, spark: SparkSession, name: str) -> list[Statement]:
-    ref = f"{cfg.catalog.name}.{cfg.mirror.namespace}.{name}"
+    ref = quote(cfg.catalog.name, cfg.mirror.namespace, name)
     current = spark.sql(f"SELECT snapshot_id, committed_at FROM {ref}.snapshots "
                         "ORDER BY committed_at DESC LIMIT 1").first()
     if current is None:
         return []
-    table = f'"{cfg.mirror.namespace}"."{name}"'  # Athena quotes with backticks in DDL, double quotes in queries
+    table = quote(cfg.mirror.namespace, name, mark='"')  # Athena quotes with backticks in DDL, double quotes in queries
     at = current["committed_at"].strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return [
         Statement(f"{cfg.mirror.namespace}.{name} as of a time (its latest commit)",

@@ -22,6 +22,7 @@ from pipeline.changelog.report import BatchReport
 from pipeline.changelog.transports import transport_for
 from pipeline.config import PipelineConfig
 from tables.lake import lake_table
+from tables.names import UnmappableName, sql_string, topic_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,7 +38,7 @@ class Reason:
     """Dead letters of one topic with one error class and message."""
 
     topic: str
-    table: str  # the changelog table the topic lands in
+    table: str  # the changelog table the topic lands in ("-" for none)
     error_class: str
     error_message: str
     count: int
@@ -57,9 +58,13 @@ class ReplayReport:
         return f"replayed {self.selected} dead letters: landed {landed}; still failing {failing}"
 
 
-def changelog_table_of(topic: str) -> str:
-    """The changelog table a topic `<db>.<schema>.<table>` lands in, as the stage names it."""
-    return f"{topic.split('.')[0]}_{topic.rsplit('.', 1)[-1]}"
+def changelog_table_of(topic: str) -> str | None:
+    """The changelog table a topic `<db>.<schema>.<table>` lands in, as the stage names it; None when its name
+    maps to no table (its dead letters say why)."""
+    try:
+        return topic_table_name(topic)
+    except UnmappableName:
+        return None
 
 
 def read(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), error_class: str | None = None,
@@ -89,7 +94,7 @@ def reasons(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = ()) ->
               .agg(F.count(F.lit(1)).alias("n"), F.min("_ingested_at").alias("first"),
                    F.max("_ingested_at").alias("last"))
               .orderBy(F.desc("n"), "topic", "error_class").collect())
-    return [Reason(g["topic"], changelog_table_of(g["topic"]), g["error_class"], g["error_message"], g["n"],
+    return [Reason(g["topic"], changelog_table_of(g["topic"]) or "-", g["error_class"], g["error_message"], g["n"],
                    str(g["first"]), str(g["last"])) for g in groups]
 
 
@@ -114,7 +119,7 @@ def replay(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), err
         report.still_failing = {cls: n for classes in landing.dead_by_topic.values() for cls, n in classes.items()}
         landed = _against_changelog(cfg, spark, letters, found, landed=True)
         for row in landed.groupBy("topic").count().collect():
-            table = changelog_table_of(row["topic"])
+            table = str(changelog_table_of(row["topic"]))  # landed, so it names a table
             report.landed[table] = report.landed.get(table, 0) + row["count"]
         _delete(cfg, spark, landed.select(*POSITION).distinct())
         log.info("dead_letters.replayed", selected=report.selected, landed=report.landed,
@@ -138,7 +143,7 @@ def _positions(cfg: PipelineConfig, spark: SparkSession, topics: list[str]) -> D
     from pyspark.sql import functions as F
 
     parts = []
-    for name in sorted({changelog_table_of(topic) for topic in topics}):
+    for name in sorted({name for name in map(changelog_table_of, topics) if name}):
         table = lake_table(cfg, spark, cfg.changelog.namespace, name)
         if table.exists():
             parts.append(table.read().select(*[F.col("_transport")[c].alias(c) for c in POSITION]))
@@ -161,7 +166,7 @@ def _delete(cfg: PipelineConfig, spark: SparkSession, positions: DataFrame) -> N
     runs, so there are few). A MERGE would be the obvious tool, but Spark cannot resolve a MERGE into a table
     that accepts any schema (`write.spark.accept-any-schema`, which the stage's tables take)."""
     condition = " OR ".join(
-        f"(topic = {_quoted(topic)} AND `partition` = {partition} AND `offset` BETWEEN {first} AND {last})"
+        f"(topic = {sql_string(topic)} AND `partition` = {partition} AND `offset` BETWEEN {first} AND {last})"
         for topic, partition, first, last in offset_runs(tuple(row) for row in positions.collect()))
     if not condition:
         return
@@ -183,7 +188,3 @@ def offset_runs(positions: Iterable[tuple[str, int, int]]) -> list[tuple[str, in
         else:
             runs.append((topic, partition, offset, offset))
     return runs
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -21,6 +21,7 @@ from pipeline.config import PipelineConfig
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.lake import STORAGE_PARTITIONED_JOIN, LakeTable, lake_table, session_conf, table_names
+from tables.names import quote
 from tables.views import replace_views, table_views
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class MirrorStage:
         # A private session: commit metadata travels in session settings, which must not leak into other work.
         self.spark = spark.newSession()
         if cfg.lake.format == "iceberg":
-            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{self.settings.namespace}")
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, self.settings.namespace)}")
 
     def tables(self, requested: Iterable[str] = ()) -> list[str]:
         """The changelog tables to mirror: the requested ones, else `mirror.tables`, else all but dead letters."""

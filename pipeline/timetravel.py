@@ -16,13 +16,15 @@ from cdc.merge import state_as_of
 from pipeline.config import PipelineConfig
 from pipeline.mirror import table_keys
 from tables.lake import lake_table, table_names
+from tables.names import quote, sql_string
 from tables.views import lake_views, replace_views
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 # A table reference after FROM or JOIN (not a subquery): the place `VERSION AS OF` goes.
-_TABLE_REFERENCE = re.compile(r"(?i)\b(FROM|JOIN)(\s+)([A-Za-z_][\w.]*|`[^`]+`)(?!\s*\()")
+_QUOTED = r"`(?:[^`]|``)+`"  # a quoted identifier part (a backtick in it doubled)
+_TABLE_REFERENCE = re.compile(rf"(?i)\b(FROM|JOIN)(\s+)((?:[A-Za-z_]\w*|{_QUOTED})(?:\.(?:\w+|{_QUOTED}))*)(?!\s*\()")
 
 
 class QueryError(ValueError):
@@ -43,10 +45,10 @@ def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
     `mirror.<t>`, `mirror.<t>_current`, `mirror.<t>_deleted`."""
     spark.sql("USE spark_catalog")
     for namespace in (cfg.changelog.namespace, cfg.mirror.namespace):
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {namespace}")
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(namespace)}")
         for name in table_names(cfg, spark, namespace):
             path = f"{cfg.lake.delta_root}/{namespace}/{name}"
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {namespace}.{name} USING delta LOCATION '{path}'")
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {quote(namespace, name)} USING delta LOCATION {sql_string(path)}")
     replace_views(spark, None, lake_views(cfg, spark))
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from pipeline.config import AwsSettings, RegistrySettings
 from registry.apicurio import ApicurioClient

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from tables.names import quote, sql_string
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -34,7 +36,7 @@ class Appender(Protocol):
 @dataclass(frozen=True)
 class IcebergAppender:
     spark: SparkSession
-    namespace: str  # <catalog>.<namespace>
+    namespace: str  # <catalog>.<namespace> (each a plain identifier: the configuration checks them)
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True) -> Appended:
@@ -44,7 +46,7 @@ class IcebergAppender:
         from pyspark.sql import functions as F
         from pyspark.sql.functions import partitioning
 
-        table, tag = f"{self.namespace}.{name}", f"{writer_id}:{batch_id}"
+        table, tag = quote(*self.namespace.split("."), name), f"{writer_id}:{batch_id}"
         if not self.spark.catalog.tableExists(table):
             # from the schema alone: running the rows' plan would use up observations made on it
             create = (self.spark.createDataFrame([], rows.schema).writeTo(table).using("iceberg")
@@ -65,7 +67,7 @@ class IcebergAppender:
     def _committed(self, table: str, tag: str) -> bool:
         """Whether a snapshot of the table carries the commit tag `tag`."""
         return bool(self.spark.sql(f"SELECT 1 FROM {table}.snapshots "
-                                   f"WHERE summary['{COMMIT_PROPERTY}'] = '{tag}' LIMIT 1").collect())
+                                   f"WHERE summary['{COMMIT_PROPERTY}'] = {sql_string(tag)} LIMIT 1").collect())
 
 
 def _in_table_order(rows: DataFrame, table: StructType) -> DataFrame:

@@ -3,7 +3,8 @@
 The stages never branch on the format: they read a table (now, as of a commit, or only the rows appended
 between two commits), evolve its columns, and MERGE into it with commit metadata that lands atomically in the
 same commit. A *commit id* is an Iceberg snapshot id or a Delta version.
-- Iceberg tables live in the catalog as `<catalog>.<namespace>.<name>`; commit metadata goes into the snapshot
+- Iceberg tables live in the catalog as `<catalog>.<namespace>.<name>` (`ref` is that identifier quoted, for
+  SQL text, since a name may start with a digit or be a reserved word); commit metadata goes into the snapshot
   summary (`spark.sql.iceberg.snapshot-property.*` on the table's private Spark session).
 - Delta tables are path tables under `<lake.delta_root>/<namespace>/<name>`; commit metadata goes into the
   commit's `userMetadata`, and incremental reads use the change data feed, which Delta tables here enable.
@@ -22,6 +23,7 @@ import structlog
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config import PipelineConfig
 from tables.append import COMMIT_PROPERTY
+from tables.names import quote, sql_string
 from tables.partitioning import PartitionField
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ class LakeTable(Protocol):
 def lake_table(cfg: PipelineConfig, spark: SparkSession, namespace: str, name: str) -> LakeTable:
     if cfg.lake.format == "delta":
         return DeltaLakeTable(spark, name, f"{cfg.lake.delta_root}/{namespace}/{name}")
-    return IcebergLakeTable(spark, name, f"{cfg.catalog.name}.{namespace}.{name}", cfg)
+    return IcebergLakeTable(spark, name, namespace, cfg)
 
 
 def table_names(cfg: PipelineConfig, spark: SparkSession, namespace: str) -> list[str]:
@@ -77,17 +79,22 @@ def table_names(cfg: PipelineConfig, spark: SparkSession, namespace: str) -> lis
             return []
         return sorted(status.getPath().getName() for status in fs.listStatus(root)
                       if fs.exists(jvm.org.apache.hadoop.fs.Path(status.getPath(), "_delta_log")))
-    if not spark.catalog.databaseExists(f"{cfg.catalog.name}.{namespace}"):
+    where = quote(cfg.catalog.name, namespace)
+    if not spark.catalog.databaseExists(where):
         return []
-    return sorted(row["tableName"] for row in spark.sql(f"SHOW TABLES IN {cfg.catalog.name}.{namespace}").collect())
+    return sorted(row["tableName"] for row in spark.sql(f"SHOW TABLES IN {where}").collect())
 
 
 @dataclass(frozen=True)
 class IcebergLakeTable:
     spark: SparkSession
     name: str
-    ref: str
-    cfg: PipelineConfig  # its catalog, for pyiceberg's key reads
+    namespace: str
+    cfg: PipelineConfig  # its catalog
+
+    @property
+    def ref(self) -> str:
+        return quote(self.cfg.catalog.name, self.namespace, self.name)
 
     def exists(self) -> bool:
         return self.spark.catalog.tableExists(self.ref)
@@ -125,7 +132,7 @@ class IcebergLakeTable:
 
         from tables.catalog import load_pyiceberg_catalog
 
-        table = load_pyiceberg_catalog(self.cfg.catalog, self.cfg.aws).load_table(self.ref.split(".", 1)[1])
+        table = load_pyiceberg_catalog(self.cfg.catalog, self.cfg.aws).load_table((self.namespace, self.name))
         condition = functools.reduce(And, [EqualTo(column, value) for column, value in key.items()])
         return self.spark.createDataFrame(table.scan(row_filter=condition).to_arrow(), schema=self.read().schema)
 
@@ -157,7 +164,7 @@ class IcebergLakeTable:
         return list(self.spark.table(self.ref).schema.fields)
 
     def add_columns(self, fields: list[StructField]) -> None:
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE {self.ref} ADD COLUMNS ({columns})")
 
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
@@ -175,7 +182,7 @@ class IcebergLakeTable:
         view = f"changes_{self.name}"
         source.createOrReplaceTempView(view)
         with session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
-            self.spark.sql(merge_sql(self.ref, view, clauses))
+            self.spark.sql(merge_sql(self.ref, quote(view), clauses))
         self.spark.catalog.dropTempView(view)
 
     def _has_snapshot(self, snapshot_id: int) -> bool:
@@ -249,8 +256,8 @@ class DeltaLakeTable:
         return list(self.read().schema.fields)
 
     def add_columns(self, fields: list[StructField]) -> None:
-        columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
-        self.spark.sql(f"ALTER TABLE delta.`{self.ref}` ADD COLUMNS ({columns})")
+        columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
+        self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} ADD COLUMNS ({columns})")
 
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
         """Delta's merge-on-read is deletion vectors: a MERGE marks replaced rows instead of rewriting files.
@@ -290,12 +297,8 @@ class DeltaLakeTable:
 def key_predicate(fields: list[StructField], key: dict[str, str]) -> str:
     """Spark SQL matching one key given as text per column, each value cast to its column's type."""
     types = {f.name: f.dataType.simpleString() for f in fields}
-    return " AND ".join(f"`{column}` = CAST({_literal(value)} AS {types[column]})" for column, value in key.items())
-
-
-def _literal(value: str) -> str:
-    """A Spark SQL string literal holding `value` exactly."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return " AND ".join(f"{quote(column)} = CAST({sql_string(value)} AS {types[column]})"
+                        for column, value in key.items())
 
 
 def _read(spark: SparkSession, fmt: str, ref: str, as_of: int | str | None) -> DataFrame:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.config import MaintenanceSettings
 from tables.lake import DeltaLakeTable, IcebergLakeTable, LakeTable, session_conf
+from tables.names import quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -57,18 +58,18 @@ def maintain(table: LakeTable, settings: MaintenanceSettings, keep: frozenset[in
 def _iceberg(table: IcebergLakeTable, settings: MaintenanceSettings, cutoff: datetime, orphan_cutoff: datetime,
              keep: frozenset[int]) -> tuple[int, int, int, int | None]:
     spark: SparkSession = table.spark
-    catalog, name = table.ref.split(".", 1)
+    system, name = f"{quote(table.cfg.catalog.name)}.system", sql_string(quote(table.namespace, table.name))
     rewrite = spark.sql(
-        f"CALL {catalog}.system.rewrite_data_files(table => '{name}', options => map("
+        f"CALL {system}.rewrite_data_files(table => {name}, options => map("
         f"'target-file-size-bytes', '{settings.target_file_mb * 1024 * 1024}', 'min-input-files', '2'))").first()
     spared = set(keep) | {table.commit_id()}
     old = [int(row["snapshot_id"]) for row in spark.sql(
         f"SELECT snapshot_id FROM {table.ref}.snapshots WHERE committed_at < TIMESTAMP '{_sql_time(cutoff)}'").collect()]
     expired = [snapshot for snapshot in old if snapshot not in spared]
     if expired:
-        spark.sql(f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
+        spark.sql(f"CALL {system}.expire_snapshots(table => {name}, "
                   f"snapshot_ids => array({', '.join(map(str, expired))}))")
-    orphans = spark.sql(f"CALL {catalog}.system.remove_orphan_files(table => '{name}', "
+    orphans = spark.sql(f"CALL {system}.remove_orphan_files(table => {name}, "
                         f"older_than => TIMESTAMP '{_sql_time(orphan_cutoff)}')").count()
     return (int(rewrite["rewritten_data_files_count"]) if rewrite else 0,
             int(rewrite["added_data_files_count"]) if rewrite else 0, len(expired), orphans)

@@ -22,6 +22,7 @@ import structlog
 from cdc.merge import TRUNCATE
 from pipeline.config import PipelineConfig
 from tables.lake import lake_table, table_names
+from tables.names import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -44,9 +45,8 @@ class ViewSpec:
 
     def spark_ddl(self, catalog: str | None) -> str:
         """`CREATE OR REPLACE VIEW` in `catalog` (None: the session catalog, e.g. for Delta path tables)."""
-        prefix = f"{catalog}." if catalog else ""
-        return (f"CREATE OR REPLACE VIEW {prefix}{self.namespace}.{self.name} AS "
-                f"{self.select(f'{prefix}{self.namespace}.{self.table}')}")
+        where = (catalog, self.namespace) if catalog else (self.namespace,)
+        return f"CREATE OR REPLACE VIEW {quote(*where, self.name)} AS {self.select(quote(*where, self.table))}"
 
     def athena_ddl(self) -> str:
         """The view in Athena's dialect, over the Glue database named like the namespace."""
@@ -74,12 +74,12 @@ def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns
     """The newest change per key, with the table's newest truncate applied as the mirror applies it (a key whose
     change is older than the truncate shows as deleted by it). Columns are listed, not `*`, so the rank stays
     out of the view; new columns need the view replaced, which the mirror stage does when it sees them."""
-    partition = ", ".join(f"`{k}`" for k in keys)
+    partition = ", ".join(quote(k) for k in keys)
     older = ("t._seq IS NOT NULL AND (c._seq.source_major < t._seq.source_major OR (c._seq.source_major = "
              "t._seq.source_major AND c._seq.source_minor < t._seq.source_minor))")
     by_truncate = {"_op": f"'{TRUNCATE}'", "_is_deleted": "true", "_seq": "t._seq", "_source_ts": "t._source_ts"}
-    listed = ", ".join(f"CASE WHEN {older} THEN {by_truncate[c]} ELSE c.`{c}` END AS `{c}`" if c in by_truncate
-                       else f"c.`{c}`" for c in columns)
+    listed = ", ".join(f"CASE WHEN {older} THEN {by_truncate[c]} ELSE c.{quote(c)} END AS {quote(c)}"
+                       if c in by_truncate else f"c.{quote(c)}" for c in columns)
     changes = (f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) AS {LATEST_RANK} "
                f"FROM {{table}} WHERE _op <> '{TRUNCATE}'")
     truncate = (f"SELECT _seq, _source_ts, row_number() OVER (ORDER BY _seq DESC) AS {LATEST_RANK} "

@@ -40,6 +40,7 @@ from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
+from tables.names import UnmappableName, lake_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -252,6 +253,11 @@ class Landing:
         from pyspark.sql import functions as F
 
         db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
+        try:
+            name = lake_table_name(db, table)
+        except UnmappableName as exc:  # unframed rows are dead letters already; tombstones carry nothing
+            return [self._dead(rows.where(F.col("kind").isin(Kind.FRAMED.value, Kind.JSON.value)), exc.error_class,
+                               str(exc))], None
         # (format, rows with `v` and `_valid`, dead letter, reader schema text)
         decoded: list[tuple[str, DataFrame, str, str, str | None]] = []
         dead: list[DataFrame] = []
@@ -283,7 +289,7 @@ class Landing:
                             "(operation, timestamp, transaction-record-id)", None))
         if not decoded:
             return dead, None
-        keys = self.cfg.mirror.key_columns(f"{db}_{table}")
+        keys = self.cfg.mirror.key_columns(name)
         refused = [rejections(part, fmt, reader, keys) for fmt, part, _, _, reader in decoded]
         observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
         changes = functools.reduce(
@@ -292,7 +298,7 @@ class Landing:
                                     F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
                        .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, db, reader)
              for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
-        done = self.append(changes, f"{db}_{table}", report)
+        done = self.append(changes, name, report)
         for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
             if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
                 dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))

@@ -60,6 +60,19 @@ def test_as_of_pins_every_table_but_not_subqueries() -> None:
         as_of_sql("SELECT 1", "5")
 
 
+def test_as_of_pins_quoted_table_names_whole() -> None:
+    sql = "SELECT `order` FROM `lake`.`mirror`.`odd_order_items_d160c463` JOIN mirror.2024_select USING (`order`)"
+    assert as_of_sql(sql, "7") == ("SELECT `order` FROM `lake`.`mirror`.`odd_order_items_d160c463` VERSION AS OF 7 "
+                                   "JOIN mirror.2024_select VERSION AS OF 7 USING (`order`)")
+
+
+def test_reserved_word_columns_are_quoted_in_the_merge() -> None:
+    sql = merge_sql("`lake`.`mirror`.`t`", "`c`", merge_clauses(["order", "select", *META, "_unchanged"],
+                                                                ["order"], "soft"))
+    assert "ON t.`order` = s.`order`" in sql
+    assert "t.`select` = CASE WHEN array_contains(s._unchanged, 'select') THEN t.`select` ELSE s.`select` END" in sql
+
+
 def test_a_key_is_parsed_per_column_and_matched_with_values_cast_to_the_key_types() -> None:
     fields = StructType().add("id", "integer").add("a", "long").add("b", "string").fields
     assert parse_key(["a", "b"], "1,x") == {"a": "1", "b": "x"}

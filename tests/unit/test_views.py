@@ -19,8 +19,8 @@ def test_each_table_has_three_views_in_spark_and_athena(tmp_path: Path) -> None:
     views = table_views(_cfg(tmp_path), "moma_artists", ["artist_id"], ["artist_id", "name", "_is_deleted", "_seq"])
     assert [(v.namespace, v.name) for v in views] == [
         ("mirror", "moma_artists_current"), ("mirror", "moma_artists_deleted"), ("changelog", "moma_artists_latest")]
-    assert views[0].spark_ddl("lake") == ("CREATE OR REPLACE VIEW lake.mirror.moma_artists_current AS "
-                                          "SELECT * FROM lake.mirror.moma_artists WHERE NOT _is_deleted")
+    assert views[0].spark_ddl("lake") == ("CREATE OR REPLACE VIEW `lake`.`mirror`.`moma_artists_current` AS "
+                                          "SELECT * FROM `lake`.`mirror`.`moma_artists` WHERE NOT _is_deleted")
     for view in views:
         spark = sqlglot.parse_one(view.spark_ddl("lake"), read="spark")
         athena = sqlglot.parse_one(view.athena_ddl(), read="athena")
@@ -28,6 +28,21 @@ def test_each_table_has_three_views_in_spark_and_athena(tmp_path: Path) -> None:
         assert athena.this.sql("athena") == f'"{view.namespace}"."{view.name}"'
     latest = sqlglot.parse_one(views[2].athena_ddl(), read="athena")
     assert [c.alias_or_name for c in latest.expression.expressions] == ["artist_id", "name", "_is_deleted", "_seq"]
+
+
+def test_views_quote_names_a_bare_identifier_cannot_take(tmp_path: Path) -> None:
+    """A table starting with a digit, key and columns named by reserved words: quoted in Spark and in Athena."""
+    columns = ["order", "select", "a`b", "_is_deleted", "_seq", "_op", "_source_ts"]
+    views = table_views(_cfg(tmp_path), "2024_select", ["order", "select"], columns)
+    assert views[0].spark_ddl("lake").startswith("CREATE OR REPLACE VIEW `lake`.`mirror`.`2024_select_current` AS ")
+    latest = views[2].spark_ddl("lake")
+    assert "PARTITION BY `order`, `select`" in latest and "c.`a``b`" in latest
+    for view in views:
+        sqlglot.parse_one(view.spark_ddl("lake"), read="spark")
+        athena = sqlglot.parse_one(view.athena_ddl(), read="athena")
+        assert athena.this.sql("athena") == f'"{view.namespace}"."{view.name}"'
+    selected = sqlglot.parse_one(views[2].athena_ddl(), read="athena").expression.expressions
+    assert [c.alias_or_name for c in selected] == columns
 
 
 def test_glue_keeps_no_views_and_the_metastore_runs_when_asked(tmp_path: Path) -> None:

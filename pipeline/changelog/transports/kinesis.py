@@ -103,7 +103,8 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     return batch.select(
         F.col("partitionKey").cast("binary").alias("key"),
         F.col("data").alias("value"),
-        F.coalesce(F.concat("streamName", F.lit("."), table), F.col("streamName")).alias("topic"),
+        # no table: `<stream>..`, a NoTableName dead letter (tables/names.py), never a table `<stream>_<stream>`
+        F.concat("streamName", F.lit("."), F.coalesce(table, F.lit("."))).alias("topic"),
         F.regexp_extract("shardId", r"(\d+)$", 1).cast("int").alias("partition"),
         (F.lit(batch_id << _ROW_BITS) + F.row_number().over(in_shard)).cast("long").alias("offset"),
         F.col("approximateArrivalTimestamp").alias("timestamp"),

@@ -22,6 +22,7 @@ from pipeline.changelog.transports import Outage
 from pipeline.config import PipelineConfig
 from pipeline.sources import register
 from pipeline.sources.s3sqs.status import clear_status, read_status
+from tables.names import UnmappableName, lake_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
@@ -128,12 +129,16 @@ class S3SqsTransport:
         settings, db, table = self.cfg.dms_files, plan["db"], plan["table_name"]
         part = rows.where((F.col("db") == db) & (F.col("schema_name") == plan["schema_name"])
                           & (F.col("table_name") == table))
-        ddl = settings.csv_schemas.get(f"{db}_{table}") if settings.file_format == "csv" else None
+        try:
+            name = lake_table_name(db, table)
+        except UnmappableName as exc:
+            return [_dead(part, exc.error_class, str(exc))]
+        ddl = settings.csv_schemas.get(name) if settings.file_format == "csv" else None
         decoded = dms_files.decode(part, plan["row_type"] or "STRUCT<>", settings.timestamp_column,
                                    settings.queue, _parse_datatype_string(ddl) if ddl else None)
         seen = Observation(f"invalid {db}.{table} {report.batch_id}")
         valid = decoded.observe(seen, F.count_if(~F.col(VALID)).alias("n")).where(VALID)
-        done = landing.append(normalize(valid, f"dms-{settings.file_format}", db), f"{db}_{table}", report)
+        done = landing.append(normalize(valid, f"dms-{settings.file_format}", db), name, report)
         if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
             return [_dead(decoded.where(~F.col(VALID)), "MalformedDmsRow",
                           f"not a DMS row: needs Op I/U/D and a {settings.timestamp_column} time")]
