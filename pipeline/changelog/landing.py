@@ -139,6 +139,7 @@ class Landing:
         by_reader, _ = self._by_reader(topic, dict(writers))
         if not writers or not all(_lands(reader) for reader in by_reader):
             # no subject the registry can list, or heartbeats: plan by reading
+            report.planned.append(topic)
             cached = raw.persist()
             try:
                 return self._planned(cached, report)
@@ -153,10 +154,12 @@ class Landing:
         dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
                                  report, resolved=writers)
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
+        report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
         report.rows_in += observed["rows"]
         report.tombstones += observed["tombstones"]
         report.records[topic] = report.records.get(topic, 0) + observed["rows"] - observed["tombstones"]
         if observed["rest"]:
+            report.planned.append(topic)
             rest = BatchReport(report.batch_id, writer=f"{report.writer}+rest")
             cached = raw.where(~handled & ~tombstone).persist()
             try:

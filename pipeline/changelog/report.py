@@ -21,6 +21,8 @@ class BatchReport:
     dead_letters_skipped: bool = False  # the batch's dead letters were already stored (a replay)
     control: dict[str, int] = field(default_factory=dict)  # Debezium heartbeats, transaction records: skipped
     seconds: float = 0.0  # how long the batch took to land
+    one_pass: dict[str, int] = field(default_factory=dict)  # topic -> rows appended as they were read
+    planned: list[str] = field(default_factory=list)  # topics (or what one pass left) landed the planned way
 
     @property
     def rows_per_s(self) -> int:

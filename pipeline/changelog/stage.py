@@ -182,7 +182,7 @@ class ChangelogStage:
                        for source in progress["sources"]), default=0)
             log.info("changelog.batch", batch=batch_id, rows_in=report.rows_in, tables=report.tables,
                      dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
-                     control=report.control,
+                     control=report.control, planned=report.planned,
                      rows_per_s=report.rows_per_s, lag=lag)
             logged = batch_id
         return logged

@@ -23,7 +23,6 @@ import pytest
 
 from pipeline import kafka
 from pipeline.changelog import ChangelogStage
-from pipeline.changelog_s3 import S3SqsChangelogStage
 from pipeline.config import PipelineConfig
 from pipeline.mirror import MirrorStage
 from registry.apicurio import ApicurioClient
@@ -140,7 +139,7 @@ def test_dms_files_of_an_odd_table_folder_land_and_mirror(stack, spark, cfg: Pip
     for key, body in files.items():
         s3.put_object(Bucket=prefix, Key=key, Body=body)
 
-    S3SqsChangelogStage(cfg, spark).run(until_caught_up=True)
+    ChangelogStage(cfg, spark).run(until_caught_up=True)
 
     name = lake_table_name(prefix, "Order Items")
     assert name.startswith(f"{prefix}_order_items_")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from pipeline import kafka
 from pipeline.config import KafkaSettings
@@ -49,11 +49,13 @@ class TopicRange:
 
 def batch_ranges(spark: SparkSession, checkpoint: str, batch_id: int) -> list[TopicRange]:
     """The topics with records in batch `batch_id` of the Kafka query checkpointed at `checkpoint`, by name."""
-    end = _offsets(_read(spark, f"{checkpoint}/offsets/{batch_id}"), f"offsets/{batch_id}")
-    if batch_id > 0:
-        start = _offsets(_read(spark, f"{checkpoint}/offsets/{batch_id - 1}"), f"offsets/{batch_id - 1}")
-    else:
-        start = _initial_offsets(spark, checkpoint)
+    return ranges_in(lambda path: _read(spark, f"{checkpoint}/{path}"), batch_id)
+
+
+def ranges_in(read: Callable[[str], str | None], batch_id: int) -> list[TopicRange]:
+    """`batch_ranges` over `read`, which gives a checkpoint file's text by its path in the checkpoint."""
+    end = _offsets(read(f"offsets/{batch_id}"), f"offsets/{batch_id}")
+    start = _offsets(read(f"offsets/{batch_id - 1}"), f"offsets/{batch_id - 1}") if batch_id else _initial(read)
     found = []
     for topic, partitions in sorted(end.items()):
         since = start.get(topic, {})
@@ -71,10 +73,9 @@ def _offsets(text: str | None, name: str) -> dict[str, dict[int, int]]:
     return _parsed(lines[2])
 
 
-def _initial_offsets(spark: SparkSession, checkpoint: str) -> dict[str, dict[int, int]]:
+def _initial(read: Callable[[str], str | None]) -> dict[str, dict[int, int]]:
     """What the first batch started from; the file starts with a NUL byte, then `v1` and the JSON."""
-    text = _read(spark, f"{checkpoint}/sources/0/0")
-    lines = (text or "").lstrip("\x00").splitlines()
+    lines = (read("sources/0/0") or "").lstrip("\x00").splitlines()
     return _parsed(lines[1]) if len(lines) > 1 else {}
 
 

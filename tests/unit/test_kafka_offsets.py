@@ -1,0 +1,37 @@
+"""A Kafka batch's topics and offset ranges, read from the query's offset log without reading the batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.changelog.transports.kafka_offsets import EARLIEST, TopicRange, ranges_in
+
+
+def _offset_log(offsets: dict[str, dict[str, int]]) -> str:
+    """An offset log file as Spark writes it: the version, the batch's metadata, then the one source's offsets."""
+    return "v1\n" + json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 1}) + "\n" + json.dumps(offsets)
+
+
+def _reader(files: dict[str, str]):
+    return files.get
+
+
+def test_a_batch_spans_the_previous_batch_end_to_its_own_and_skips_topics_without_records() -> None:
+    files = {"offsets/4": _offset_log({"a": {"0": 10, "1": 20}, "b": {"0": 5}}),
+             "offsets/5": _offset_log({"a": {"0": 15, "1": 20}, "b": {"0": 5}, "c": {"0": 3}})}
+    assert ranges_in(_reader(files), 5) == [TopicRange("a", {0: (10, 15)}),  # partition 1 and topic b: nothing new
+                                            TopicRange("c", {0: (EARLIEST, 3)})]  # new since: from its start
+
+
+def test_the_first_batch_starts_at_the_offsets_the_kafka_source_wrote_first() -> None:
+    files = {"sources/0/0": "\x00v1\n" + json.dumps({"a": {"0": 7, "1": 0}}),
+             "offsets/0": _offset_log({"a": {"0": 9, "1": 4}})}
+    [found] = ranges_in(_reader(files), 0)
+    assert found.partitions == {0: (7, 9), 1: (0, 4)} and found.upper_bound == 6
+
+
+def test_a_file_that_is_not_an_offset_log_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="offsets/3 is not a Spark offset log file"):
+        ranges_in(_reader({"offsets/3": "garbage"}), 3)
