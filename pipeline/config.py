@@ -497,7 +497,7 @@ def _describe(exc: ValidationError) -> str:
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"]) or "configuration"
         if err["type"] == "extra_forbidden":
-            lines.append(f"unknown setting '{name}': check its spelling against the README's configuration reference")
+            lines.append(f"unknown setting '{name}': check its spelling against docs/configuration.md")
         else:
             lines.append(f"invalid setting '{name}': {err['msg']}")
     return "; ".join(lines)
