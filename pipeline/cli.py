@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="override one setting; repeatable")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.add_argument("--log-format", default="text", choices=["text", "json"])
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Spark's, the JVM's and librdkafka's warnings on the console too "
+                             "(they always go to <home>/logs/spark.log)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     setup = commands.add_parser("setup", help="resolve the JVM artifacts (Spark connectors, Kafka, Apicurio) with Maven")
@@ -155,12 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logs.configure(args.log_level, args.log_format)
+    logs.configure(args.log_level, args.log_format, verbose=args.verbose)
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    cfg = _console_level(cfg, args)
     handler: Callable[[PipelineConfig, argparse.Namespace], int] = args.handler
     try:
         return handler(cfg, args)
@@ -173,6 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_FAILED
         raise
+
+
+def _console_level(cfg: PipelineConfig, args: argparse.Namespace) -> PipelineConfig:
+    """`--log-level DEBUG` shows Spark's INFO lines on the console, `--verbose` its warnings."""
+    level = "INFO" if args.log_level == "DEBUG" else "WARN" if args.verbose else None
+    if level is None:
+        return cfg
+    return cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"console_log_level": level})})
 
 
 def cmd_setup(cfg: PipelineConfig, args: argparse.Namespace) -> int:

@@ -196,6 +196,9 @@ class SparkSettings(_Section):
     preload_workers: bool = Field(
         True, description="fork Spark's Python workers from a daemon that has the executors' modules imported "
         "(`pipeline.worker_daemon`); the executors must be able to import `pipeline`, as the s3-sqs source needs")
+    console_log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = Field(
+        "ERROR", description="Spark's and the JVM's log lines shown on the console; every line from INFO up goes "
+        "to <home>/logs/spark.log (--verbose: WARN, --log-level DEBUG: INFO)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
 
     @field_validator("master")
@@ -497,7 +500,7 @@ def _describe(exc: ValidationError) -> str:
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"]) or "configuration"
         if err["type"] == "extra_forbidden":
-            lines.append(f"unknown setting '{name}': check its spelling against the README's configuration reference")
+            lines.append(f"unknown setting '{name}': check its spelling against docs/configuration.md")
         else:
             lines.append(f"invalid setting '{name}': {err['msg']}")
     return "; ".join(lines)

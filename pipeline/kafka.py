@@ -16,9 +16,19 @@ class KafkaUnavailable(RuntimeError):
     """The brokers did not answer; names the bootstrap address."""
 
 
-def client_conf(kafka: KafkaSettings, **extra: str | int | bool) -> dict[str, str | int | bool]:
-    """confluent-kafka (librdkafka) configuration: bootstrap servers, pass-through security settings, extras."""
-    return {"bootstrap.servers": kafka.bootstrap_servers or "", **kafka.properties, **extra}
+# librdkafka's own log lines (`%4|…|FAIL|…` on stderr by default) go through Python logging under this name,
+# which `pipeline.logs.configure` shows only at --log-level DEBUG or with --verbose.
+LIBRDKAFKA = logging.getLogger("librdkafka")
+
+
+def _settings(kafka: KafkaSettings) -> dict[str, str]:
+    return {"bootstrap.servers": kafka.bootstrap_servers or "", **kafka.properties}
+
+
+def client_conf(kafka: KafkaSettings, **extra: object) -> dict[str, object]:
+    """confluent-kafka (librdkafka) configuration: bootstrap servers, pass-through security settings, extras,
+    and the Python logger that receives librdkafka's log lines."""
+    return {**_settings(kafka), "logger": LIBRDKAFKA, **extra}
 
 
 # Spark's Kafka reader asks for offset ranges it already knows exist, yet each partition's task ends with a
@@ -30,7 +40,7 @@ def spark_options(kafka: KafkaSettings, headers: bool = False) -> dict[str, str]
     """Options for Spark's Kafka source, where client settings carry a `kafka.` prefix; `kafka.properties`
     override the source defaults. `headers` adds the records' headers as a `headers` column (where Apicurio's
     serdes put schema ids)."""
-    client = {f"kafka.{key}": value for key, value in client_conf(kafka).items()}
+    client = {f"kafka.{key}": value for key, value in _settings(kafka).items()}
     options = {**SPARK_SOURCE_DEFAULTS, **client}
     return {**options, "includeHeaders": "true"} if headers else options  # type: ignore[return-value]
 

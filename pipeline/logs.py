@@ -42,8 +42,9 @@ class _CurrentStderr:
         sys.stderr.flush()
 
 
-def configure(level: str = "INFO", fmt: str = "text") -> None:
-    """Route structlog and the standard library's logging to stderr in one format."""
+def configure(level: str = "INFO", fmt: str = "text", verbose: bool = False) -> None:
+    """Route structlog and the standard library's logging to stderr in one format. librdkafka's own lines
+    (refused connections, retries) show only with `verbose` or at DEBUG: the pipeline names outages itself."""
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(
         colors=False, pad_event=0, pad_level=False
     )
@@ -62,3 +63,5 @@ def configure(level: str = "INFO", fmt: str = "text") -> None:
     logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
     for noisy in ("py4j", "botocore", "urllib3", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    quiet = not verbose and level.upper() != "DEBUG"
+    logging.getLogger("librdkafka").setLevel(logging.ERROR if quiet else logging.NOTSET)

@@ -1,15 +1,20 @@
-"""The README and docker-compose.yml stay true to the code."""
+"""The README, docs/ and docker-compose.yml stay true to the code."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel
 
+from pipeline.cli import build_parser
 from pipeline.config import PipelineConfig, StackSettings
 from tests.conftest import REPO
+
+DOCS = REPO / "docs"
+REFERENCE = DOCS / "configuration.md"
 
 
 def _settings(model: type[BaseModel], prefix: str = "") -> list[str]:
@@ -23,17 +28,55 @@ def _settings(model: type[BaseModel], prefix: str = "") -> list[str]:
     return names
 
 
-def test_readme_documents_every_setting() -> None:
-    readme = (REPO / "README.md").read_text()
-    missing = [name for name in _settings(PipelineConfig) if f"`{name}`" not in readme]
-    assert missing == [], f"settings missing from the README's configuration reference: {missing}"
+def _docs_text() -> str:
+    return "\n".join(page.read_text() for page in sorted(DOCS.glob("*.md")))
 
 
-def test_readme_names_only_real_settings() -> None:
-    readme = (REPO / "README.md").read_text()
-    reference = readme.split("## Configuration reference", 1)[1].split("\n## ", 1)[0]
-    documented = re.findall(r"^\| `([a-z0-9_.]+)` \|", reference, re.MULTILINE)
+def _subcommands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
+    """Every command of the CLI, nested ones as `stack up` or `dead-letters list`."""
+    names = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                nested = _subcommands(sub, f"{prefix}{name} ")
+                names += nested or [prefix + name]
+    return names
+
+
+def test_reference_documents_every_setting() -> None:
+    reference = REFERENCE.read_text()
+    missing = [name for name in _settings(PipelineConfig) if f"`{name}`" not in reference]
+    assert missing == [], f"settings missing from docs/configuration.md: {missing}"
+
+
+def test_reference_names_only_real_settings() -> None:
+    documented = re.findall(r"^\| `([a-z0-9_.]+)` \|", REFERENCE.read_text(), re.MULTILINE)
     assert documented and set(documented) == set(_settings(PipelineConfig))
+
+
+def test_docs_name_every_setting() -> None:
+    docs = _docs_text()
+    missing = [name for name in _settings(PipelineConfig) if f"`{name}`" not in docs]
+    assert missing == [], f"settings docs/ does not name: {missing}"
+
+
+def test_docs_or_readme_show_every_command() -> None:
+    text = (REPO / "README.md").read_text() + _docs_text()
+    commands = _subcommands(build_parser())
+    assert {"setup", "stack up", "stack logs", "dead-letters list", "dead-letters replay", "mirror"} <= set(commands)
+    missing = [name for name in commands if f"python -m pipeline {name}" not in text
+               and not re.search(rf"`{re.escape(name)}[` ]", text)]
+    assert missing == [], f"commands neither the README nor docs/ show: {missing}"
+
+
+def test_readme_is_a_front_page() -> None:
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 200
+    links = re.findall(r"\]\((docs/[^)#]+\.md)(?:#[^)]*)?\)", readme)
+    assert links, "the README links no docs/ page"
+    assert [link for link in links if not (REPO / link).is_file()] == []
+    pages = {f"docs/{page.name}" for page in DOCS.glob("*.md")}
+    assert pages - set(links) == set(), "every docs/ page is linked from the README"
 
 
 def test_compose_describes_the_same_stack() -> None:
@@ -54,3 +97,19 @@ def test_compose_describes_the_same_stack() -> None:
             model = model.model_fields[key].annotation  # type: ignore[assignment]
         assert keys[-1] in model.model_fields, f"{variable} is not a setting"
     assert Path(REPO / services["pipeline"].get("build", ".") / "Dockerfile").is_file()
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading).strip().lower().replace(" ", "-") for heading in headings}
+
+
+def test_docs_links_resolve() -> None:
+    broken = []
+    for page in [REPO / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target, anchor in re.findall(r"\]\(([^)#:\s]*\.md)?(?:#([^)\s]+))?\)", page.read_text()):
+            linked = (page.parent / target) if target else page
+            if not linked.is_file() or (anchor and anchor not in _anchors(linked.read_text())):
+                broken.append(f"{page.name}: {target}#{anchor}")
+    assert broken == []

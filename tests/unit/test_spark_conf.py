@@ -141,3 +141,60 @@ def test_the_kafka_source_waits_briefly_per_fetch_unless_the_properties_say_othe
 def test_python_workers_fork_from_the_preloading_daemon_unless_switched_off(tmp_path: Path) -> None:
     assert spark_conf(_cfg(tmp_path))["spark.python.daemon.module"] == "pipeline.worker_daemon"
     assert "spark.python.daemon.module" not in spark_conf(_cfg(tmp_path, "spark.preload_workers=false"))
+
+
+def test_session_logs_to_a_file_and_only_errors_to_the_console(tmp_path: Path) -> None:
+    from pipeline.spark import log_config, log_config_path
+
+    cfg = _cfg(tmp_path)
+    conf = spark_conf(cfg)
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()}"
+    assert log_config_path(cfg) == tmp_path.resolve() / "logs" / "log4j2-spark.properties"
+    assert conf["spark.driver.host"] == "127.0.0.1"  # local mode: no loopback-hostname warning
+    text = log_config(cfg)
+    assert f"appender.file.fileName = {tmp_path.resolve() / 'logs' / 'spark.log'}" in text
+    assert "rootLogger.level = info" in text and "logger.gateway.level = info" in text
+    assert "appender.console.filter.threshold.level = error" in text
+    assert "appender.console.target = SYSTEM_ERR" in text
+
+
+def test_verbose_and_debug_bring_the_console_back(tmp_path: Path) -> None:
+    from pipeline.cli import _console_level, build_parser
+    from pipeline.spark import log_config
+
+    cfg = _cfg(tmp_path)
+    for flags, level in ([], "ERROR"), (["--verbose"], "WARN"), (["--log-level", "DEBUG"], "INFO"):
+        shown = _console_level(cfg, build_parser().parse_args([*flags, "config"]))
+        assert shown.spark.console_log_level == level
+        assert f"appender.console.filter.threshold.level = {level.lower()}" in log_config(shown)
+
+
+def test_user_jvm_options_and_driver_host_are_kept(tmp_path: Path) -> None:
+    from pipeline.spark import log_config_path
+
+    cfg = _cfg(tmp_path, "spark.conf.spark.driver.extraJavaOptions=-Xss4m", "spark.conf.spark.driver.host=10.0.0.5")
+    conf = spark_conf(cfg)
+    assert conf["spark.driver.extraJavaOptions"] == (
+        f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()} -Xss4m")
+    assert conf["spark.driver.host"] == "10.0.0.5"
+    own = spark_conf(_cfg(tmp_path, "spark.conf.spark.driver.extraJavaOptions=-Dlog4j2.configurationFile=file:/x"))
+    assert own["spark.driver.extraJavaOptions"] == "-Dlog4j2.configurationFile=file:/x"
+
+
+def test_no_driver_host_under_spark_submit(tmp_path: Path) -> None:
+    assert "spark.driver.host" not in spark_conf(_cfg(tmp_path, "spark.master="))
+
+
+def test_librdkafka_logs_through_python_logging(tmp_path: Path) -> None:
+    import logging
+
+    from pipeline import kafka, logs
+
+    cfg = _cfg(tmp_path)
+    assert kafka.client_conf(cfg.kafka)["logger"] is kafka.LIBRDKAFKA
+    assert not any("logger" in key for key in kafka.spark_options(cfg.kafka))
+    logs.configure("INFO")
+    assert logging.getLogger("librdkafka").getEffectiveLevel() == logging.ERROR
+    logs.configure("INFO", verbose=True)
+    assert logging.getLogger("librdkafka").level == logging.NOTSET  # the root logger's level again
+    logs.configure("INFO")
