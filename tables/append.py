@@ -23,7 +23,7 @@ COMMIT_PROPERTY = "pipeline.commit"
 
 @dataclass(frozen=True)
 class Appended:
-    table: str  # the table's identifier or path, for reports
+    table: str  # the table's name (not quoted) or path, for reports
     rows: int  # rows this call added (0 when it skipped)
     skipped: bool  # the table already held this batch
 
@@ -55,14 +55,14 @@ class IcebergAppender:
                 create = create.partitionedBy(partitioning.days("_source_ts"))
             create.create()
         elif self._committed(table, tag):
-            return Appended(table, 0, skipped=True)
+            return Appended(f"{self.namespace}.{name}", 0, skipped=True)
         else:
             rows = _in_table_order(rows, self.spark.table(table).schema)
         written = Observation(f"rows {table} {tag}")
         (rows.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
          .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true")
          .option(f"snapshot-property.{COMMIT_PROPERTY}", tag).append())
-        return Appended(table, int(written.get["rows"]), skipped=False)
+        return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
 
     def _committed(self, table: str, tag: str) -> bool:
         """Whether a snapshot of the table carries the commit tag `tag`."""
