@@ -264,6 +264,16 @@ def test_an_unreachable_service_is_named_before_spark_starts(setting: str, named
     assert "spark.session" not in done.stderr
 
 
+def test_a_missing_kinesis_stream_is_named_in_one_line_before_spark_starts(stack, tmp_path: Path) -> None:
+    settings = [*TEST_SETTINGS, f"changelog.checkpoint={tmp_path / 'cp'}"]
+    done = subprocess.run([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], "changelog",
+                           "--source", "kinesis", "--streams", "no-such-stream", "--until-caught-up"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "Kinesis stream 'no-such-stream' does not exist at" in done.stderr and "Traceback" not in done.stderr
+    assert "spark.session" not in done.stderr
+
+
 @pytest.mark.parametrize(("backend", "wire", "compressions"), [("apicurio", "apicurio-legacy", [False]),
                                                                 ("glue", "glue", [False, True])])
 def test_other_wire_formats_land_once_and_poison_goes_to_dead_letters(backend: str, wire: str, compressions: list[bool],

@@ -34,7 +34,7 @@ SEQUENCE = "sequence"
 _ROW_BITS = 32
 
 
-class StreamMissing(ValueError):
+class StreamMissing(StageError):
     """A configured stream does not exist; names it and where it was looked for."""
 
 
