@@ -152,7 +152,7 @@ class Landing:
                   F.count_if(~handled & ~tombstone).alias("rest"))
         seen = Observation(f"one pass {topic} {report.batch_id}")
         dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
-                                 report, resolved=writers)
+                                 report, grouped=(by_reader, {}))
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
         report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
         report.rows_in += observed["rows"]
@@ -248,10 +248,11 @@ class Landing:
         return by_reader, unresolved
 
     def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
-               resolved: dict[str, str] | None = None) -> tuple[list[DataFrame], Appended | None]:
+               grouped: tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]] | None = None
+               ) -> tuple[list[DataFrame], Appended | None]:
         """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters (what
         did not decode, and what decoded but must not land: `cdc.normalize.rejections`) and the append, if
-        any. `resolved`: the writers by id, when known without the plan's ids."""
+        any. `grouped`: the writers by reader (`_by_reader`), when known without the plan's ids."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -264,8 +265,7 @@ class Landing:
         # (format, rows with `v` and `_valid`, dead letter, reader schema text)
         decoded: list[tuple[str, DataFrame, str, str, str | None]] = []
         dead: list[DataFrame] = []
-        by_reader, unresolved = self._by_reader(
-            plan.topic, resolved if resolved is not None else self.resolver.writers(plan.topic, plan.framed))
+        by_reader, unresolved = grouped or self._by_reader(plan.topic, self.resolver.writers(plan.topic, plan.framed))
         framed = rows.where(F.col("kind") == Kind.FRAMED.value)
         for (error_class, reason), ids in unresolved.items():
             dead.append(self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason))
