@@ -35,9 +35,9 @@ sys.path.insert(0, str(REPO))
 
 from pipeline import kafka, logs  # noqa: E402
 from cdc.framing import Framing  # noqa: E402
-from pipeline.changelog import ChangelogStage  # noqa: E402
-from pipeline.config import PipelineConfig, load_config  # noqa: E402
-from pipeline.spark import get_spark  # noqa: E402
+from pipeline.stages.changelog import ChangelogStage  # noqa: E402
+from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
+from pipeline.runtime.spark import get_spark  # noqa: E402
 from registry.factory import serde_from_settings  # noqa: E402
 from registry.wire import confluent_frame, confluent_unframe  # noqa: E402
 from simulators.faults import Message  # noqa: E402

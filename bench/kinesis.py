@@ -27,11 +27,11 @@ sys.path.insert(0, str(REPO))
 
 from bench.stack import SETTINGS  # noqa: E402
 from pipeline import logs  # noqa: E402
-from pipeline.changelog import ChangelogStage  # noqa: E402
-from pipeline.config import PipelineConfig, load_config  # noqa: E402
-from pipeline.changelog.transports.kinesis import client_options_for  # noqa: E402
+from pipeline.stages.changelog import ChangelogStage  # noqa: E402
+from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
+from pipeline.stages.changelog.transports.kinesis import client_options_for  # noqa: E402
 from pipeline.sources.kinesis.client import Kinesis  # noqa: E402
-from pipeline.spark import get_spark  # noqa: E402
+from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402
 from simulators.kinesis import KinesisTransport  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402

@@ -22,9 +22,9 @@ sys.path.insert(0, str(REPO))
 
 from cdc.merge import latest_per_key  # noqa: E402
 from pipeline import logs  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
-from pipeline.mirror import MirrorStage  # noqa: E402
-from pipeline.spark import get_spark  # noqa: E402
+from pipeline.config.settings import load_config  # noqa: E402
+from pipeline.stages.mirror import MirrorStage  # noqa: E402
+from pipeline.runtime.spark import get_spark  # noqa: E402
 from tables.append import IcebergAppender  # noqa: E402
 
 TABLE = "bench_artists"

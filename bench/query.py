@@ -23,9 +23,9 @@ sys.path.insert(0, str(REPO))
 
 from bench.mirror import PARTITION_BY, TABLE, changes  # noqa: E402
 from pipeline import logs, timetravel  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
-from pipeline.mirror import MirrorStage  # noqa: E402
-from pipeline.spark import get_spark  # noqa: E402
+from pipeline.config.settings import load_config  # noqa: E402
+from pipeline.stages.mirror import MirrorStage  # noqa: E402
+from pipeline.runtime.spark import get_spark  # noqa: E402
 from tables.append import IcebergAppender  # noqa: E402
 
 RUNS = 3

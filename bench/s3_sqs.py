@@ -41,9 +41,9 @@ from botocore.config import Config  # noqa: E402
 
 from bench.stack import SETTINGS  # noqa: E402
 from pipeline import logs  # noqa: E402
-from pipeline.config import PipelineConfig, load_config  # noqa: E402
+from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.sources import register  # noqa: E402
-from pipeline.spark import get_spark  # noqa: E402
+from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402
 from simulators.s3_files import ensure_notified_bucket  # noqa: E402
 

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline import logs  # noqa: E402
-from pipeline.config import load_config  # noqa: E402
+from pipeline.config.settings import load_config  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402
 
 SETTINGS = [
@@ -39,7 +39,7 @@ def spark_start_seconds(home: Path) -> float:
     """A fresh Python process, so the JVM start is part of the figure, as it is for every job."""
     code = (
         "import time, sys; sys.path.insert(0, %r); t = time.perf_counter();"
-        "from pipeline.config import load_config; from pipeline.spark import get_spark;"
+        "from pipeline.config.settings import load_config; from pipeline.runtime.spark import get_spark;"
         "s = get_spark(load_config(overrides=%r, environ={})); s.range(1).count();"
         "print(time.perf_counter() - t); s.stop()"
     ) % (str(REPO), [f"home={home}", *SETTINGS])

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import requests
 
-from pipeline.config import RegistrySettings
+from pipeline.config.settings import RegistrySettings
 from registry.backend import DEFAULT_COMPATIBILITY, RegistryError, SchemaCache, schema_text
 from registry.http import RestClient, registry_session
 

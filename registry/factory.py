@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.config import AwsSettings, RegistrySettings
+from pipeline.config.settings import AwsSettings, RegistrySettings
 from registry.apicurio import ApicurioClient
 from registry.backend import SchemaRegistry
 from registry.ccompat import ConfluentCompatClient

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from pipeline.config import AwsSettings
+from pipeline.config.settings import AwsSettings
 from registry.backend import DEFAULT_COMPATIBILITY, RegistryError, SchemaCache, schema_text
 
 DEFAULT_REGISTRY = "pipeline"

@@ -13,7 +13,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from pipeline.config import RegistrySettings
+from pipeline.config.settings import RegistrySettings
 from registry.backend import RegistryError
 
 RETRIED_STATUSES = (500, 502, 503, 504)

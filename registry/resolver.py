@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from pipeline.config import AwsSettings, RegistrySettings
+from pipeline.config.settings import AwsSettings, RegistrySettings
 from registry.apicurio import ApicurioClient
 from registry.avro import avro_schema
 from registry.backend import RegistryError, SchemaRegistry, not_found, unless_not_found

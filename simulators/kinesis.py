@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.config import AwsSettings
-from pipeline.changelog.transports.kinesis import client_options_for
+from pipeline.config.settings import AwsSettings
+from pipeline.stages.changelog.transports.kinesis import client_options_for
 from pipeline.sources.kinesis.client import Kinesis
 from pipeline.sources.kinesis.put import RecordBatcher
 from simulators.faults import Message

@@ -24,8 +24,8 @@ from pipeline.stack.psql import Psql
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipeline.config import PipelineConfig
-    from pipeline.verify import TableVerdict
+    from pipeline.config.settings import PipelineConfig
+    from pipeline.ops.verify import TableVerdict
 
 TIERS = ("bronze", "silver", "gold")
 STATUSES = ("new", "paid", "shipped", "cancelled")
@@ -330,7 +330,7 @@ def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_
                    lake_name: str) -> Comparison:
     """The mirror's live rows against `SELECT *`; a column of the wrong type is reported and left out of the
     value comparison (its values could not be compared)."""
-    from pipeline.verify import compare
+    from pipeline.ops.verify import compare
     from tables.lake import lake_table
 
     mirror = lake_table(cfg, spark, cfg.mirror.namespace, lake_name).read().where("NOT _is_deleted")
@@ -345,7 +345,7 @@ def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m simulators.postgres create|run|compare`: the `make demo-postgres` steps on the stack's Postgres."""
-    from pipeline.config import load_config
+    from pipeline.config.settings import load_config
     from pipeline.stack.debezium import wait_flushed
 
     parser = argparse.ArgumentParser(prog="python -m simulators.postgres", description=__doc__)
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         for slot in args.slot:
             wait_flushed(cfg, slot, lsn)
         return 0
-    from pipeline.spark import get_spark
+    from pipeline.runtime.spark import get_spark
 
     spark = get_spark(cfg)
     comparisons = [compare_mirror(cfg, spark, psql, table, f"{prefix}_{table}")

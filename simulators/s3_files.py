@@ -20,7 +20,7 @@ import boto3
 import pyarrow as pa
 from botocore.exceptions import BotoCoreError, ClientError
 
-from pipeline.config import AwsSettings, DmsFileSettings
+from pipeline.config.settings import AwsSettings, DmsFileSettings
 from simulators.faults import Message
 from simulators.formats import DmsRow
 from simulators.tables import TABLE_SETS, Table

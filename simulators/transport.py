@@ -11,8 +11,8 @@ from typing import Protocol
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline import kafka
-from pipeline.config import KafkaSettings
+from pipeline.config import kafka
+from pipeline.config.settings import KafkaSettings
 from simulators.faults import Message
 
 

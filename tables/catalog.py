@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.config import AwsSettings, CatalogSettings
+from pipeline.config.settings import AwsSettings, CatalogSettings
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog

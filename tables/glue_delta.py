@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from tables.views import athena_type
 
 if TYPE_CHECKING:

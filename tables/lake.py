@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Iterator, Protocol
 import structlog
 
 from cdc.merge import MergeClauses, merge_sql
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from tables.append import COMMIT_PROPERTY
 from tables.names import quote, sql_string
 from tables.partitioning import PartitionField
@@ -262,7 +262,7 @@ class DeltaLakeTable:
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
         """Delta's merge-on-read is deletion vectors: a MERGE marks replaced rows instead of rewriting files.
         Delta partitions by columns only (checked by the configuration)."""
-        writer = like.limit(0).write.format("delta")  # the change data feed is on by default (pipeline/spark.py)
+        writer = like.limit(0).write.format("delta")  # the change data feed is on by default (pipeline/runtime/spark.py)
         if write_mode == "merge-on-read":
             writer = writer.option("delta.enableDeletionVectors", "true")
         writer.partitionBy(*[field.column for field in partition_by]).save(self.ref)

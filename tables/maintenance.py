@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
-from pipeline.config import MaintenanceSettings
+from pipeline.config.settings import MaintenanceSettings
 from tables.lake import DeltaLakeTable, IcebergLakeTable, LakeTable, session_conf
 from tables.names import quote, sql_string
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from cdc.merge import TRUNCATE
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from tables.lake import lake_table, table_names
 from tables.names import quote
 

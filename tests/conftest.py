@@ -14,7 +14,7 @@ import socket
 
 import pytest
 
-from pipeline.config import CatalogSettings, PipelineConfig, load_config
+from pipeline.config.settings import CatalogSettings, PipelineConfig, load_config
 from tables.catalog import spark_catalog_conf
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def cfg() -> PipelineConfig:
 
 @pytest.fixture(scope="session")
 def jars(cfg: PipelineConfig) -> Path:
-    from pipeline import jvm
+    from pipeline.runtime import jvm
 
     jvm.resolve_all(cfg.jars_dir)
     return cfg.jars_dir
@@ -96,7 +96,7 @@ def stack(cfg: PipelineConfig, jars: Path) -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def spark(cfg: PipelineConfig, jars: Path) -> Iterator[SparkSession]:
-    from pipeline.spark import get_spark
+    from pipeline.runtime.spark import get_spark
 
     session = get_spark(cfg)
     yield session

@@ -13,8 +13,8 @@ from typing import Sequence
 
 import structlog
 
-from pipeline.config import PipelineConfig
-from pipeline.jvm import SetupError
+from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.jvm import SetupError
 from pipeline.stack.java import JavaNotFound
 from pipeline.stack.process import port_in_use
 from pipeline.stack.services import Service, all_services

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from pipeline.stack.process import ManagedProcess
 
 

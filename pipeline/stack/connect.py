@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from pipeline import jvm
+from pipeline.runtime import jvm
 from pipeline.stack.base import Port, Service
 from pipeline.stack.java import find_java
 from pipeline.stack.log4j import write_log_config

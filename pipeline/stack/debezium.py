@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from pipeline.stack.connect_api import ConnectApi, ConnectorError
 from pipeline.stack.postgres import SUPERUSER
 from pipeline.stack.psql import Psql
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m pipeline.stack.debezium register|delete NAME ...`: a connector on the stack's Connect worker."""
     import argparse
 
-    from pipeline.config import load_config
+    from pipeline.config.settings import load_config
 
     parser = argparse.ArgumentParser(prog="python -m pipeline.stack.debezium", description=__doc__)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")

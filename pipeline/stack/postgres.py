@@ -14,8 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pipeline.config import PipelineConfig
-from pipeline.jvm import SetupError
+from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.jvm import SetupError
 from pipeline.stack.base import Port, Service
 from pipeline.stack.process import ManagedProcess, as_user
 

@@ -11,7 +11,7 @@ import subprocess
 from decimal import Decimal
 from typing import Any
 
-from pipeline.config import StackSettings
+from pipeline.config.settings import StackSettings
 from pipeline.stack.postgres import SUPERUSER, find_bin_dir
 
 

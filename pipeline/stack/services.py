@@ -10,8 +10,8 @@ from pathlib import Path
 
 import requests
 
-from pipeline import jvm
-from pipeline.config import KafkaSettings, PipelineConfig
+from pipeline.runtime import jvm
+from pipeline.config.settings import KafkaSettings, PipelineConfig
 from pipeline.stack.base import Port, Service
 from pipeline.stack.connect import Connect
 from pipeline.stack.java import find_java
@@ -52,7 +52,7 @@ class Kafka(Service):
         ]
 
     def healthy(self) -> bool:
-        from pipeline.kafka import KafkaUnavailable, topic_names
+        from pipeline.config.kafka import KafkaUnavailable, topic_names
 
         try:
             topic_names(KafkaSettings(bootstrap_servers=self.address), timeout_s=2)

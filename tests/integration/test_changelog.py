@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.changelog import ChangelogStage, StageError
-from pipeline.config import PipelineConfig
+from pipeline.stages.changelog import ChangelogStage, StageError
+from pipeline.config.settings import PipelineConfig
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.transport import KafkaTransport
@@ -239,7 +239,7 @@ def test_sigterm_finishes_the_batch_and_exits_cleanly(stack, cfg: PipelineConfig
 def test_a_topic_without_a_subject_is_a_clear_error(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
     from confluent_kafka import Producer
 
-    from pipeline import kafka
+    from pipeline.config import kafka
     from registry.wire import confluent_frame
 
     topic = f"ns{uuid.uuid4().hex[:6]}.public.orphans"

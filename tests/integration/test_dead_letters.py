@@ -14,9 +14,9 @@ import pytest
 
 from confluent_kafka import Producer
 
-from pipeline import dead_letters
-from pipeline.changelog import DeadLetterBoundExceeded
-from pipeline.config import PipelineConfig
+from pipeline.stages import dead_letters
+from pipeline.stages.changelog import DeadLetterBoundExceeded
+from pipeline.config.settings import PipelineConfig
 from registry.factory import serde_from_settings
 from tests.integration.test_changelog import _simulate, _stage, _table
 

@@ -18,9 +18,9 @@ import fastavro
 import pytest
 import requests
 
-from pipeline.changelog import ChangelogStage
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage
 from pipeline.stack import Stack
 from pipeline.stack.debezium import PostgresSource, register, unregister, wait_flushed
 from pipeline.stack.psql import Psql

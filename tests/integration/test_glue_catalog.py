@@ -11,8 +11,8 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage
 from tables.catalog import load_pyiceberg_catalog
 from tables.glue_delta import DeltaGlue
 from tables.lake import lake_table

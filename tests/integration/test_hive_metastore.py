@@ -8,7 +8,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from tables.catalog import load_pyiceberg_catalog
 from tests.conftest import HIVE_CATALOG
 

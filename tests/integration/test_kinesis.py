@@ -16,9 +16,9 @@ from unittest import mock
 import boto3
 import pytest
 
-from pipeline.changelog import ChangelogStage
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage
 from pipeline.sources.kinesis.options import source_options
 from pipeline.sources.kinesis.reader import KinesisDataLoss, KinesisStreamReader
 from simulators.kinesis import KinesisTransport

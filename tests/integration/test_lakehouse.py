@@ -7,8 +7,8 @@ import uuid
 import boto3
 import pytest
 
-from pipeline import smoke
-from pipeline.config import PipelineConfig
+from pipeline.ops import smoke
+from pipeline.config.settings import PipelineConfig
 from tables.catalog import load_pyiceberg_catalog, pyiceberg_properties, spark_catalog_conf
 from tests.conftest import make_config
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.changelog import ChangelogStage
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage, watermark
-from pipeline.timetravel import history, query, state
-from pipeline.verify import source_time_us, verify_lake
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage, watermark
+from pipeline.ops.timetravel import history, query, state
+from pipeline.ops.verify import source_time_us, verify_lake
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
@@ -269,7 +269,7 @@ def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(
                                                                                tmp_path: Path) -> None:
     from urllib.parse import urlparse
 
-    from pipeline.maintain import maintain_lake
+    from pipeline.ops.maintain import maintain_lake
 
     prefix = f"mt{uuid.uuid4().hex[:6]}"
     cfg = _configure(cfg, prefix, lake_format)

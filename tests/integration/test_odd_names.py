@@ -21,10 +21,10 @@ from unittest import mock
 import boto3
 import pytest
 
-from pipeline import kafka
-from pipeline.changelog import ChangelogStage
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage
+from pipeline.config import kafka
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage
 from registry.apicurio import ApicurioClient
 from registry.avro import avro_schema, encode
 from simulators.s3_files import ensure_notified_bucket

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from pipeline.stack import Stack
 from registry.apicurio import ApicurioClient
 from registry.avro import avro_schema, decode, encode

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import kafka
-from pipeline.changelog import ChangelogStage
-from pipeline.config import PipelineConfig
+from pipeline.config import kafka
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.config.settings import PipelineConfig
 from registry.apicurio import ApicurioClient, ArtifactVersion
 from registry.avro import avro_schema, encode
 from registry.backend import RegistryError

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from pipeline.stack import Stack
 from registry.apicurio import ApicurioClient
 from registry.backend import RegistryError, SchemaRegistry

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.changelog import ChangelogStage
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage
-from pipeline.verify import verify_lake
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage
+from pipeline.ops.verify import verify_lake
 from simulators.s3_files import S3FileTransport, spark_ddl
 from simulators.simulation import Simulation, SimulationOptions
 from simulators.tables import TABLE_SETS

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import boto3
 import pytest
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 from pipeline.sources import register
 from pipeline.sources.s3sqs.status import clear_status, read_status, status_path
 from simulators.s3_files import ensure_notified_bucket
@@ -221,7 +221,7 @@ def test_reprocess_a_batch_range_and_its_dry_run(source_spark, stack, cfg: Pipel
 CONSUMER = """
 import json, pathlib, sys, time
 from tests.conftest import make_config
-from pipeline.spark import get_spark
+from pipeline.runtime.spark import get_spark
 from pipeline.sources import register
 from pipeline.sources.s3sqs.status import clear_status, read_status
 

@@ -8,7 +8,7 @@ import uuid
 import boto3
 import pytest
 
-from pipeline.config import PipelineConfig
+from pipeline.config.settings import PipelineConfig
 
 pytestmark = pytest.mark.integration
 

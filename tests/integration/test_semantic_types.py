@@ -15,7 +15,7 @@ from pyspark.sql.avro.functions import from_avro
 
 from cdc.normalize import normalize, rejections
 from cdc.semantic_types import PLACEHOLDER
-from pipeline.config import load_config
+from pipeline.config.settings import load_config
 from tables.views import latest_change_view
 
 pytestmark = pytest.mark.integration
@@ -192,8 +192,8 @@ def test_the_stage_dead_letters_what_cannot_land_with_its_reason(cfg, stack, spa
 
     from confluent_kafka import Producer
 
-    from pipeline import kafka
-    from pipeline.changelog import ChangelogStage
+    from pipeline.config import kafka
+    from pipeline.stages.changelog import ChangelogStage
     from registry.avro import avro_schema
     from registry.factory import serde_from_settings
 

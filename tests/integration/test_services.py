@@ -11,8 +11,10 @@ import pytest
 import requests
 from confluent_kafka import Consumer, Producer
 
-from pipeline import kafka, smoke
-from pipeline.config import PipelineConfig
+from pipeline.config import kafka
+
+from pipeline.ops import smoke
+from pipeline.config.settings import PipelineConfig
 from pipeline.stack import Stack
 from registry.ccompat import ConfluentCompatClient, RegistryError
 from tests.conftest import free_port, make_config

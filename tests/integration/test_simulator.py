@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from pipeline import kafka
-from pipeline.config import PipelineConfig
+from pipeline.config import kafka
+from pipeline.config.settings import PipelineConfig
 from registry.ccompat import ConfluentCompatClient
 from registry.serde import AvroSerde
 from simulators.formats import FILE_FORMATS, FORMATS

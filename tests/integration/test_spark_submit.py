@@ -11,8 +11,8 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from pipeline import jvm
-from pipeline.config import PipelineConfig
+from pipeline.runtime import jvm
+from pipeline.config.settings import PipelineConfig
 from tests.conftest import REPO, TEST_SETTINGS
 
 pytestmark = pytest.mark.integration

@@ -15,10 +15,10 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from pipeline.athena import athena_ddl, athena_statements
-from pipeline.config import PipelineConfig
-from pipeline.mirror import MirrorStage
-from pipeline.sql_server import jdbc_url
+from pipeline.sql.athena import athena_ddl, athena_statements
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorStage
+from pipeline.sql.hive_server import jdbc_url
 from pipeline.stack.process import port_in_use
 from pipeline.stack.java import find_java
 from tables.lake import table_names

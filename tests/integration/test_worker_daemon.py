@@ -1,10 +1,10 @@
-"""Spark's Python workers fork from `pipeline.worker_daemon`, so they start with the executors' modules loaded."""
+"""Spark's Python workers fork from `pipeline.runtime.worker_daemon`, so they start with the executors' modules loaded."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline.worker_daemon import PRELOADED
+from pipeline.runtime.worker_daemon import PRELOADED
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

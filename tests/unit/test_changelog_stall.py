@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.changelog import Stall
+from pipeline.stages.changelog import Stall
 
 
 def test_a_trigger_is_stalled_after_the_interval_without_a_progress_report() -> None:

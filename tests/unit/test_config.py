@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ConfigError, load_config
+from pipeline.config.settings import ConfigError, load_config
 
 
 def test_defaults_point_at_the_embedded_stack(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from cdc.control import control_kind
-from pipeline.changelog import BatchReport
-from pipeline.config import DeadLetterSettings
+from pipeline.stages.changelog import BatchReport
+from pipeline.config.settings import DeadLetterSettings
 
 
 def _report(records: int, **dead: int) -> BatchReport:
@@ -42,7 +42,7 @@ def test_debezium_control_records_are_told_by_their_value_schema() -> None:
 
 
 def test_replayed_positions_are_deleted_as_runs_of_consecutive_offsets() -> None:
-    from pipeline.dead_letters import offset_runs
+    from pipeline.stages.dead_letters import offset_runs
 
     positions = [("a", 0, 5), ("a", 0, 3), ("a", 0, 4), ("a", 1, 4), ("a", 0, 9), ("b", 0, 1), ("a", 0, 4)]
     assert offset_runs(positions) == [("a", 0, 3, 5), ("a", 0, 9, 9), ("a", 1, 4, 4), ("b", 0, 1, 1)]

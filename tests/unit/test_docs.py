@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from pipeline.cli import build_parser
-from pipeline.config import PipelineConfig, StackSettings
+from pipeline.cli.main import build_parser
+from pipeline.config.settings import PipelineConfig, StackSettings
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import jvm
+from pipeline.runtime import jvm
 from pipeline.stack.java import JavaNotFound, find_java, java_major
 
 
@@ -31,7 +31,7 @@ def test_no_suitable_java_lists_what_was_found(tmp_path: Path, monkeypatch: pyte
 
 
 def test_missing_maven_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("pipeline.jvm.shutil.which", lambda _: None)
+    monkeypatch.setattr("pipeline.runtime.jvm.shutil.which", lambda _: None)
     with pytest.raises(jvm.SetupError, match="Maven .*not on PATH"):
         jvm.KAFKA.resolve(tmp_path)
 
@@ -40,5 +40,5 @@ def test_resolution_is_skipped_when_the_stamp_matches(tmp_path: Path, monkeypatc
     folder = jvm.KAFKA.folder(tmp_path)
     folder.mkdir(parents=True)
     (folder / ".resolved").write_text(jvm.KAFKA._fingerprint())
-    monkeypatch.setattr("pipeline.jvm.subprocess.run", lambda *a, **k: pytest.fail("Maven must not run"))
+    monkeypatch.setattr("pipeline.runtime.jvm.subprocess.run", lambda *a, **k: pytest.fail("Maven must not run"))
     assert jvm.KAFKA.resolve(tmp_path) == folder

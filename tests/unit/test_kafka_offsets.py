@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.changelog.transports.kafka_offsets import EARLIEST, TopicRange, ranges_in
+from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, TopicRange, ranges_in
 
 
 def _offset_log(offsets: dict[str, dict[str, int]]) -> str:

@@ -236,7 +236,7 @@ def test_the_reader_renews_expired_iterators_and_bounds_each_batch() -> None:
 
 
 def test_kinesis_settings_are_checked_when_loaded() -> None:
-    from pipeline.config import ConfigError, load_config
+    from pipeline.config.settings import ConfigError, load_config
 
     cfg = load_config(overrides=["changelog.source=kinesis", "kinesis.streams=moma, hr",
                                  "kinesis.starting_position=AT_TIMESTAMP 2026-01-01T00:00:00Z",
@@ -250,8 +250,8 @@ def test_kinesis_settings_are_checked_when_loaded() -> None:
 
 
 def test_the_stage_passes_its_settings_as_source_options() -> None:
-    from pipeline.config import load_config
-    from pipeline.changelog.transports.kinesis import source_options as stage_options
+    from pipeline.config.settings import load_config
+    from pipeline.stages.changelog.transports.kinesis import source_options as stage_options
 
     cfg = load_config(overrides=["aws.endpoint_url=http://127.0.0.1:4566", "kinesis.streams=moma",
                                  "kinesis.sts_role_arn=arn:aws:iam::222222222222:role/r",

@@ -2,7 +2,7 @@ import json
 
 import structlog
 
-from pipeline import logs
+from pipeline.runtime import logs
 
 
 def test_secret_keys_and_url_credentials_are_masked() -> None:

@@ -9,9 +9,9 @@ import pytest
 from pyspark.sql.types import StructType
 
 from cdc.merge import merge_clauses, merge_sql
-from pipeline.cli import _interval
-from pipeline.mirror import merge_join_conf
-from pipeline.timetravel import QueryError, as_of_sql, parse_key
+from pipeline.cli.main import _interval
+from pipeline.stages.mirror import merge_join_conf
+from pipeline.ops.timetravel import QueryError, as_of_sql, parse_key
 from tables.lake import STORAGE_PARTITIONED_JOIN, key_predicate
 from tests.conftest import REPO, make_config
 
@@ -102,7 +102,7 @@ def test_mirror_settings_take_per_table_maps() -> None:
 
 
 def test_airflow_dag_runs_the_cli() -> None:
-    source = (REPO / "pipeline" / "schedules" / "airflow_mirror.py").read_text()
+    source = (REPO / "pipeline" / "ops" / "airflow_mirror.py").read_text()
     tree = ast.parse(source)
     commands = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
     assert any("python -m pipeline" in c for c in commands)
@@ -114,7 +114,7 @@ def test_every_runs_at_its_cadence_until_stopped() -> None:
     import threading
     import time
 
-    from pipeline.mirror import MirrorStage
+    from pipeline.stages.mirror import MirrorStage
 
     class CountingStage(MirrorStage):
         def __init__(self) -> None:  # no Spark: only the scheduling loop is under test

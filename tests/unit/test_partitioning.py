@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.config import ConfigError, load_config
+from pipeline.config.settings import ConfigError, load_config
 from tables.partitioning import PartitionField, parse_partition_fields
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import _stack, build_parser
-from pipeline.config import ConfigError, load_config
-from pipeline.jvm import SetupError
+from pipeline.cli.main import _stack, build_parser
+from pipeline.config.settings import ConfigError, load_config
+from pipeline.runtime.jvm import SetupError
 from pipeline.stack.connect_api import ConnectApi, ConnectorError
 from pipeline.stack.debezium import PostgresSource, connector_config
 from pipeline.stack.postgres import TOOLS, find_bin_dir

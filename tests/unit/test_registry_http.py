@@ -11,7 +11,7 @@ import pytest
 
 from urllib3.util.retry import Retry
 
-from pipeline.config import RegistrySettings
+from pipeline.config.settings import RegistrySettings
 from registry.apicurio import ApicurioClient
 from registry.ccompat import ConfluentCompatClient, RegistryError
 

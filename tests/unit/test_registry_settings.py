@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import ConfigError, load_config
+from pipeline.config.settings import ConfigError, load_config
 
 
 def _registry(*overrides: str):

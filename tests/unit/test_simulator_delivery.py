@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import KafkaSettings
+from pipeline.config.settings import KafkaSettings
 from registry.avro import avro_schema
 from registry.serde import AvroSerde
 from simulators.faults import Message

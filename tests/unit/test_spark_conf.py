@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import jvm
-from pipeline.config import load_config
-from pipeline.spark import spark_conf
+from pipeline.runtime import jvm
+from pipeline.config.settings import load_config
+from pipeline.runtime.spark import spark_conf
 from tables.catalog import pyiceberg_properties, sqlalchemy_url
 
 
@@ -130,7 +130,7 @@ def test_s3a_is_not_a_package_for_spark_submit() -> None:
 
 
 def test_the_kafka_source_waits_briefly_per_fetch_unless_the_properties_say_otherwise(tmp_path: Path) -> None:
-    from pipeline.kafka import spark_options
+    from pipeline.config.kafka import spark_options
 
     options = spark_options(_cfg(tmp_path, "kafka.bootstrap_servers=broker:9092").kafka)
     assert options["kafka.fetch.max.wait.ms"] == "10" and options["kafka.bootstrap.servers"] == "broker:9092"
@@ -139,12 +139,12 @@ def test_the_kafka_source_waits_briefly_per_fetch_unless_the_properties_say_othe
 
 
 def test_python_workers_fork_from_the_preloading_daemon_unless_switched_off(tmp_path: Path) -> None:
-    assert spark_conf(_cfg(tmp_path))["spark.python.daemon.module"] == "pipeline.worker_daemon"
+    assert spark_conf(_cfg(tmp_path))["spark.python.daemon.module"] == "pipeline.runtime.worker_daemon"
     assert "spark.python.daemon.module" not in spark_conf(_cfg(tmp_path, "spark.preload_workers=false"))
 
 
 def test_session_logs_to_a_file_and_only_errors_to_the_console(tmp_path: Path) -> None:
-    from pipeline.spark import log_config, log_config_path
+    from pipeline.runtime.spark import log_config, log_config_path
 
     cfg = _cfg(tmp_path)
     conf = spark_conf(cfg)
@@ -159,8 +159,8 @@ def test_session_logs_to_a_file_and_only_errors_to_the_console(tmp_path: Path) -
 
 
 def test_verbose_and_debug_bring_the_console_back(tmp_path: Path) -> None:
-    from pipeline.cli import _console_level, build_parser
-    from pipeline.spark import log_config
+    from pipeline.cli.main import _console_level, build_parser
+    from pipeline.runtime.spark import log_config
 
     cfg = _cfg(tmp_path)
     for flags, level in ([], "ERROR"), (["--verbose"], "WARN"), (["--log-level", "DEBUG"], "INFO"):
@@ -170,7 +170,7 @@ def test_verbose_and_debug_bring_the_console_back(tmp_path: Path) -> None:
 
 
 def test_user_jvm_options_and_driver_host_are_kept(tmp_path: Path) -> None:
-    from pipeline.spark import log_config_path
+    from pipeline.runtime.spark import log_config_path
 
     cfg = _cfg(tmp_path, "spark.conf.spark.driver.extraJavaOptions=-Xss4m", "spark.conf.spark.driver.host=10.0.0.5")
     conf = spark_conf(cfg)
@@ -188,7 +188,9 @@ def test_no_driver_host_under_spark_submit(tmp_path: Path) -> None:
 def test_librdkafka_logs_through_python_logging(tmp_path: Path) -> None:
     import logging
 
-    from pipeline import kafka, logs
+    from pipeline.config import kafka
+
+    from pipeline.runtime import logs
 
     cfg = _cfg(tmp_path)
     assert kafka.client_conf(cfg.kafka)["logger"] is kafka.LIBRDKAFKA

@@ -5,7 +5,7 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 
-from pipeline.config import load_config
+from pipeline.config.settings import load_config
 from pipeline.stack.services import all_services
 from tables.catalog import keeps_views
 from tables.views import athena_type, table_views

@@ -1,0 +1,1 @@
+"""The command line: `python -m pipeline <command>` (`main`), and the failures it reports in one line (`errors`)."""

@@ -1,0 +1,19 @@
+"""The failures the CLI reports as one clear line instead of a traceback."""
+
+from pipeline.stages.changelog import StageError
+from pipeline.runtime.jvm import SetupError
+from pipeline.config.kafka import KafkaUnavailable
+from pipeline.stages.mirror import MirrorError
+from pipeline.ops.smoke import SmokeError
+from pipeline.stack import StackError
+from pipeline.sql.hive_server import SqlServerError
+from pipeline.stack.java import JavaNotFound
+from pipeline.ops.timetravel import QueryError
+from registry.backend import RegistryError
+from simulators.simulation import SimulationError
+from simulators.transport import TransportError
+
+KNOWN_ERRORS: tuple[type[Exception], ...] = (
+    SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
+    KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError,
+)

@@ -1,0 +1,506 @@
+"""The pipeline's one configuration: typed, validated, and shared by every command.
+
+Settings come from, in rising precedence: the defaults below, a TOML file (`--config`, `$PIPELINE_CONFIG`,
+or `./pipeline.toml` when present), environment variables `PIPELINE_<SECTION>__<KEY>`, and `--set
+section.key=value` flags. An unknown or invalid setting fails loudly with its dotted name.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from tables.partitioning import PartitionField, parse_partition_fields
+
+ENV_PREFIX = "PIPELINE_"
+DEFAULT_CONFIG_FILE = "pipeline.toml"
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, malformed or inconsistent; the message names it and how to fix it."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+
+class StackSettings(_Section):
+    """The embedded service stack that `pipeline stack up` runs on this machine."""
+
+    host: str = "127.0.0.1"
+    kafka_port: int = Field(9092, ge=1, le=65535)
+    kafka_controller_port: int = Field(9093, ge=1, le=65535)
+    kafka_partitions: int = Field(4, ge=1, description="default partitions of auto-created topics")
+    kafka_heap: str = "512m"
+    registry_port: int = Field(8080, ge=1, le=65535)
+    registry_management_port: int = Field(9000, ge=1, le=65535, description="Apicurio's health endpoints")
+    registry_storage: Literal["h2", "kafka"] = "h2"
+    registry_heap: str = "512m"
+    registry_java: Path | None = Field(None, description="a Java 21+ executable; found automatically when unset")
+    moto_port: int = Field(5000, ge=1, le=65535)
+    metastore: bool = Field(False, description="also run a Hive metastore (always when catalog.type = 'hive')")
+    metastore_port: int = Field(9083, ge=1, le=65535)
+    postgres: bool = Field(False, description="also run PostgreSQL (logical replication) and Kafka Connect with "
+                           "Debezium's Postgres connector: a real CDC source (`stack up --with postgres`)")
+    postgres_port: int = Field(5432, ge=1, le=65535)
+    postgres_database: str = Field("shop", pattern=r"^[a-z_][a-z0-9_]*$")
+    postgres_bin: Path | None = Field(None, description="the folder holding initdb/postgres/psql; found when unset")
+    postgres_os_user: str = Field("postgres", description="the unprivileged account the server runs as when "
+                                  "the stack is started by root (PostgreSQL refuses to run as root)")
+    connect_port: int = Field(8083, ge=1, le=65535, description="Kafka Connect's REST API")
+    connect_heap: str = "512m"
+    start_timeout_s: float = Field(120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> StackSettings:
+        ports = [self.kafka_port, self.kafka_controller_port, self.registry_port, self.registry_management_port,
+                 self.moto_port, self.metastore_port, self.postgres_port, self.connect_port]
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"stack ports must be distinct, got {ports}")
+        return self
+
+
+class KafkaSettings(_Section):
+    """Kafka clients. `properties` pass through verbatim (security.protocol, sasl.*, ssl.* …)."""
+
+    bootstrap_servers: str | None = Field(None, description="defaults to the embedded broker")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class RegistrySettings(_Section):
+    """The schema registry: which backend, how messages are framed, how subjects are named."""
+
+    backend: Literal["ccompat", "apicurio", "glue"] = "ccompat"
+    url: str | None = Field(None, description="defaults to the embedded Apicurio")
+    ccompat_path: str = Field("/apis/ccompat/v7", description="appended to url for ccompat; '' for Confluent SR")
+    wire_format: Literal["auto", "confluent", "apicurio-legacy", "glue"] = "auto"
+    payload_id: Literal["auto", "content", "global"] = Field(
+        "auto", description="the Apicurio id kind a payload frame carries; auto decides per id and subject")
+    unknown_id_retry_s: float = Field(0.5, ge=0, description="an id the registry lacks is asked again this much later")
+    subject_strategy: Literal["topic", "record", "topic-record"] = "topic"
+    compatibility: Literal["BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL",
+                           "FULL_TRANSITIVE", "NONE"] | None = "BACKWARD"
+    group: str = Field("default", description="Apicurio artifact group (ccompat subjects live in 'default')")
+    glue_registry: str = "pipeline"
+    glue_compression: bool = False
+    username: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    timeout_s: float = Field(10.0, gt=0)
+    verify_tls: bool | str = True
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+    @model_validator(mode="after")
+    def _backend_matches_wire(self) -> RegistrySettings:
+        if self.wire_format != "auto" and (self.backend == "glue") != (self.wire_format == "glue"):
+            raise ValueError("registry.backend = 'glue' and registry.wire_format = 'glue' go together: Glue names "
+                             "schema versions by UUID, which only the Glue header carries")
+        if self.wire_format == "apicurio-legacy" and self.backend != "apicurio":
+            raise ValueError("registry.wire_format = 'apicurio-legacy' carries global ids: use registry.backend = 'apicurio'")
+        if self.glue_compression and self.written_wire_format != "glue":
+            raise ValueError("registry.glue_compression needs registry.wire_format = 'glue'")
+        if self.payload_id != "auto" and not self._is_apicurio:
+            raise ValueError(f"registry.payload_id = '{self.payload_id}' names an Apicurio id kind, but the registry "
+                             "is not an Apicurio (a Confluent Schema Registry has one kind of id, Glue names schema "
+                             "versions by UUID): leave registry.payload_id = 'auto'")
+        if self.client_key and not self.client_cert:
+            raise ValueError("registry.client_key needs registry.client_cert")
+        return self
+
+    @property
+    def written_wire_format(self) -> str:
+        """The frame a serializer writes: `wire_format`, or under `auto` the backend's own (Glue's header for
+        Glue, the Confluent frame otherwise)."""
+        if self.wire_format != "auto":
+            return self.wire_format
+        return "glue" if self.backend == "glue" else "confluent"
+
+    @property
+    def apicurio_root(self) -> str | None:
+        """The Apicurio root URL when the registry is an Apicurio (the `apicurio` backend, or `ccompat` through
+        Apicurio's `/apis/ccompat/` API), whose native API tells global ids from content ids; else None."""
+        url = (self.url or "").rstrip("/")
+        if not url or not self._is_apicurio:
+            return None
+        return url.split("/apis/")[0]
+
+    @property
+    def _is_apicurio(self) -> bool:
+        if self.backend != "ccompat":
+            return self.backend == "apicurio"
+        url = self.url or ""
+        return "/apis/ccompat/" in (url if "/apis/" in url else self.ccompat_path + "/")
+
+    @property
+    def client_certificate(self) -> str | tuple[str, str] | None:
+        """What requests takes as `cert`: one PEM, or (cert, key)."""
+        if self.client_cert is None:
+            return None
+        return (str(self.client_cert), str(self.client_key)) if self.client_key else str(self.client_cert)
+
+
+class AwsSettings(_Section):
+    """AWS clients. With `endpoint_url` empty, boto3 and Iceberg use the real AWS endpoints."""
+
+    region: str = "us-east-1"
+    endpoint_url: str | None = Field(None, description="defaults to the embedded moto server; '' for AWS")
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+
+    def boto3_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"region_name": self.region}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.access_key_id and self.secret_access_key:
+            kwargs["aws_access_key_id"] = self.access_key_id.get_secret_value()
+            kwargs["aws_secret_access_key"] = self.secret_access_key.get_secret_value()
+        return kwargs
+
+
+class CatalogSettings(_Section):
+    """The Iceberg catalog that Spark and pyiceberg share (same name, same paths)."""
+
+    name: str = Field("lake", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: Literal["jdbc", "glue", "rest", "hive"] = "jdbc"
+    uri: str | None = Field(None, description="jdbc: a sqlite file by default; rest: the server URL; "
+                            "hive: thrift://host:port, the embedded metastore by default")
+    warehouse: str | None = Field(None, description="defaults to <home>/warehouse; s3://… for glue")
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _needs(self) -> CatalogSettings:
+        if self.type == "rest" and not self.uri:
+            raise ValueError("catalog.type = 'rest' needs catalog.uri (the REST catalog's URL)")
+        if self.type == "glue" and self.warehouse and not self.warehouse.startswith("s3"):
+            raise ValueError("catalog.type = 'glue' needs an s3:// catalog.warehouse")
+        return self
+
+
+class SparkSettings(_Section):
+    master: str | None = Field("local[*]", description="empty keeps what spark-submit set")
+    app_name: str = "cdc-lakehouse"
+    driver_memory: str = "4g"
+    shuffle_partitions: int = Field(4, ge=1)
+    ui: bool = False
+    connector_jars: Literal["local", "submit"] = Field(
+        "local", description="local: load the jars `pipeline setup` resolved; submit: spark-submit provides them"
+    )
+    s3_scheme: Literal["s3a", "cluster"] = Field(
+        "s3a", description="s3a: s3:// paths go through Hadoop's S3A, like s3a://; cluster: leave s3:// to the "
+        "cluster's own file system (EMRFS on EMR)")
+    preload_workers: bool = Field(
+        True, description="fork Spark's Python workers from a daemon that has the executors' modules imported "
+        "(`pipeline.runtime.worker_daemon`); the executors must be able to import `pipeline`, as the s3-sqs source needs")
+    console_log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = Field(
+        "ERROR", description="Spark's and the JVM's log lines shown on the console; every line from INFO up goes "
+        "to <home>/logs/spark.log (--verbose: WARN, --log-level DEBUG: INFO)")
+    conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
+
+    @field_validator("master")
+    @classmethod
+    def _empty_is_unset(cls, master: str | None) -> str | None:
+        return master or None
+
+
+class KinesisSettings(_Section):
+    """The changelog stage's Kinesis source (`changelog.source = "kinesis"`): one stream per source database, as
+    a DMS task writes one; the stream's name is the database's (`<stream>_<table>` tables). Endpoint, region and
+    credentials come from `aws`."""
+
+    streams: list[str] = Field(default_factory=list, description="streams to read, e.g. ['moma', 'hr']")
+    starting_position: str = Field("TRIM_HORIZON", description="LATEST, TRIM_HORIZON or 'AT_TIMESTAMP <ISO time>'")
+    max_fetch_records_per_shard: int = Field(100_000, gt=0, description="records per shard per batch at most")
+    fetch_interval_ms: int = Field(200, ge=0, description="between two GetRecords calls on one shard")
+    fail_on_data_loss: bool = Field(True, description="fail when records the checkpoint expects are gone")
+    sts_role_arn: str | None = Field(None, description="a role to assume for the reads (cross-account streams)")
+    sts_session_name: str | None = None
+    sts_endpoint_url: str | None = Field(None, description="defaults to aws.endpoint_url")
+    options: dict[str, str] = Field(default_factory=dict, description="more `aws-kinesis` options, e.g. "
+                                    "'getRecords.numberOfRecordsPerFetch' (without the 'kinesis.' prefix)")
+
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _comma_separated(cls, streams: Any) -> Any:
+        return [s.strip() for s in streams.split(",") if s.strip()] if isinstance(streams, str) else streams
+
+    @field_validator("starting_position")
+    @classmethod
+    def _known_position(cls, position: str) -> str:
+        from pipeline.sources.kinesis.options import StartingPosition
+
+        StartingPosition.parse(position)
+        return position
+
+
+class DeadLetterSettings(_Section):
+    """How many dead letters a batch may produce before the stage stops: a misconfigured converter or registry
+    turns whole tables into dead letters, which must halt the stage rather than leave a mirror silently wrong."""
+
+    max_fraction: float | None = Field(0.1, ge=0, le=1, description="stop when more than this fraction of a "
+                                       "table's records in one batch are dead letters; unset: no bound")
+    max_count: int | None = Field(None, ge=0, description="stop when one batch dead-letters more than this many "
+                                  "records of one table; unset: no bound")
+    min_records: int = Field(100, ge=1, description="max_fraction is judged only for a table that brought at "
+                             "least this many records in the batch (max_count always is)")
+
+
+class ChangelogSettings(_Section):
+    """The changelog stage: which topics, how fast, and where its tables and checkpoint live."""
+
+    source: Literal["kafka", "s3-sqs", "kinesis"] = Field("kafka", description="where change events come from")
+    topics: list[str] = Field(default_factory=list, description="topics to read (or topic_pattern)")
+    topic_pattern: str | None = Field(None, description="a Java regex of topics, e.g. 'moma\\..*'")
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = Field(None, gt=0)
+    trigger_interval: str = "10 seconds"
+    checkpoint: str | None = Field(None, description="a path or URI (s3://…); defaults to <home>/checkpoints/changelog")
+    namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    dead_letter_table: str = Field("dead_letters", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    dead_letters: DeadLetterSettings = DeadLetterSettings()
+    max_restarts: int = Field(3, ge=0, description="restarts from the checkpoint after a failure, with backoff")
+    max_outage_s: float = Field(0, ge=0, description="give up when Kafka or the registry stays unreachable this "
+                                "long (seconds); 0 waits for it forever")
+    stall_probe_s: float = Field(30, gt=0, description="a trigger running this long with no progress report has "
+                                 "Kafka and the registry probed, so an outage is named while Spark waits it out")
+
+    @field_validator("topics", mode="before")
+    @classmethod
+    def _comma_separated(cls, topics: Any) -> Any:
+        return [t.strip() for t in topics.split(",") if t.strip()] if isinstance(topics, str) else topics
+
+    @model_validator(mode="after")
+    def _one_subscription(self) -> ChangelogSettings:
+        if self.topics and self.topic_pattern:
+            raise ValueError("set changelog.topics or changelog.topic_pattern, not both")
+        return self
+
+
+class DmsFileSettings(_Section):
+    """DMS files on S3 announced on SQS: where the simulator writes them and how `changelog --source s3-sqs`
+    reads them (the `s3-sqs` source's options; `options` passes any other one through verbatim)."""
+
+    bucket: str = Field("dms-cdc", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    queue: str = Field("dms-cdc-events", pattern=r"^[A-Za-z0-9_-]{1,80}$", description="the queue's name")
+    queue_url: str | None = Field(None, description="overrides the URL looked up from the queue's name")
+    file_format: Literal["csv", "parquet"] = "parquet"
+    timestamp_column: str = Field("dms_commit_ts", description="DMS's TimestampColumnName: the commit time")
+    csv_schemas: dict[str, str] = Field(default_factory=dict, description="table -> Spark DDL of its CSV columns "
+                                        "(CSV carries no types; a table without one lands as strings)")
+    max_files_per_trigger: int = Field(100, ge=-1)
+    max_file_age: str = "15d"
+    long_polling_wait_s: int = Field(10, ge=0, le=20)
+    visibility_timeout_s: int = Field(60, ge=0)
+    keep_message_for_consumer_error: bool = False
+    options: dict[str, str] = Field(default_factory=dict, description="more s3-sqs source options, verbatim")
+
+    @field_validator("max_files_per_trigger")
+    @classmethod
+    def _not_zero(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be positive, or -1 for unlimited")
+        return value
+
+
+class LakeSettings(_Section):
+    format: Literal["iceberg", "delta"] = Field("iceberg", description="the table format the stages write")
+    delta_root: str | None = Field(None, description="defaults to <home>/delta")
+    delta_glue: bool = Field(False, description="register the Delta tables in Glue (table_type=DELTA) as the "
+                             "stages create and evolve them, for Athena; needs an s3:// delta_root")
+
+    @model_validator(mode="after")
+    def _glue_needs_s3(self) -> LakeSettings:
+        if self.delta_glue and self.format == "delta" and not (self.delta_root or "").startswith(("s3://", "s3a://")):
+            raise ValueError("lake.delta_glue needs an s3:// lake.delta_root (Athena reads tables from S3), "
+                             f"not {self.delta_root!r}")
+        return self
+
+
+class MirrorSettings(_Section):
+    """The mirror stage: which changelog tables become current-state tables, and how."""
+
+    namespace: str = Field("mirror", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    tables: list[str] = Field(default_factory=list, description="changelog tables to mirror; empty: all of them")
+    keys: dict[str, str] = Field(default_factory=dict, description="table -> its key columns, comma-separated")
+    partition_by: dict[str, str] = Field(default_factory=dict, description="table -> partition fields: columns, "
+                                         "bucket(N, col), years/months/days/hours(col) (Iceberg)")
+    delete_mode: Literal["soft", "hard"] = "soft"
+    write_mode: Literal["copy-on-write", "merge-on-read"] = Field(
+        "copy-on-write", description="row-level writes of new mirrors (Delta: merge-on-read = deletion vectors)")
+    consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
+    max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
+    view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
+    deleted_view_suffix: str = Field("_deleted", pattern=r"^[A-Za-z0-9_]+$", description="mirror view of soft deletes")
+    latest_view_suffix: str = Field("_latest", pattern=r"^[A-Za-z0-9_]+$",
+                                    description="changelog view of the newest change per key")
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _comma_separated(cls, tables: Any) -> Any:
+        return [t.strip() for t in tables.split(",") if t.strip()] if isinstance(tables, str) else tables
+
+    def key_columns(self, table: str) -> list[str]:
+        return [c.strip() for c in self.keys.get(table, "").split(",") if c.strip()]
+
+    @field_validator("partition_by")
+    @classmethod
+    def _readable_partition_fields(cls, partition_by: dict[str, str]) -> dict[str, str]:
+        for table, spec in partition_by.items():
+            try:
+                parse_partition_fields(spec)
+            except ValueError as exc:
+                raise ValueError(f"mirror.partition_by.{table}: {exc}") from None
+        return partition_by
+
+    def partition_fields(self, table: str) -> list[PartitionField]:
+        return parse_partition_fields(self.partition_by.get(table, ""))
+
+
+class MaintenanceSettings(_Section):
+    """`pipeline maintain`: compaction, snapshot expiry and orphan-file cleanup for both stages' tables."""
+
+    retain_hours: float = Field(168.0, ge=0, description="time-travel window kept by snapshot expiry")
+    orphan_age_hours: float = Field(72.0, ge=24, description="unreferenced files older than this are deleted; "
+                                    "Iceberg refuses less than 24 h (a running write's files look unreferenced)")
+    target_file_mb: int = Field(128, ge=1, description="compaction's target data file size")
+
+
+class PipelineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    home: Path = Field(Path(".pipeline"), description="data folder: service data, logs, catalog, warehouse")
+    jars: Path = Field(Path(".pipeline/jars"), description="where `pipeline setup` puts the JVM artifacts")
+    stack: StackSettings = StackSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    registry: RegistrySettings = RegistrySettings()
+    aws: AwsSettings = AwsSettings()
+    catalog: CatalogSettings = CatalogSettings()
+    spark: SparkSettings = SparkSettings()
+    lake: LakeSettings = LakeSettings()
+    changelog: ChangelogSettings = ChangelogSettings()
+    kinesis: KinesisSettings = KinesisSettings()
+    dms_files: DmsFileSettings = DmsFileSettings()
+    mirror: MirrorSettings = MirrorSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_defaults(cls, data: Any) -> Any:
+        """Point unset addresses at the embedded stack and make every path absolute."""
+        if not isinstance(data, dict):
+            return data
+        data = {key: dict(value) if isinstance(value, dict) else value for key, value in data.items()}
+        home = Path(data.get("home", ".pipeline")).expanduser().resolve()
+        data["home"] = home
+        data["jars"] = Path(data["jars"]).expanduser().resolve() if data.get("jars") else home / "jars"
+        try:
+            stack = StackSettings.model_validate(data.get("stack", {}))
+        except ValidationError:
+            return data  # field validation reports the stack setting by name
+        sections = ("kafka", "registry", "aws", "catalog", "lake")
+        kafka, registry, aws, catalog, lake = (data.setdefault(name, {}) for name in sections)
+        if not all(isinstance(section, dict) for section in (kafka, registry, aws, catalog, lake)):
+            return data  # let field validation name the section that is not a table
+        kafka.setdefault("bootstrap_servers", f"{stack.host}:{stack.kafka_port}")
+        registry.setdefault("url", f"http://{stack.host}:{stack.registry_port}")
+        if "endpoint_url" not in aws:
+            aws.update(endpoint_url=f"http://{stack.host}:{stack.moto_port}")
+            aws.setdefault("access_key_id", "test")
+            aws.setdefault("secret_access_key", "test")
+        if catalog.get("type", "jdbc") == "jdbc":
+            catalog.setdefault("uri", f"jdbc:sqlite:{home / 'catalog.db'}")
+            catalog.setdefault("warehouse", (home / "warehouse").as_uri())
+        elif catalog.get("type") == "hive":
+            catalog.setdefault("uri", f"thrift://{stack.host}:{stack.metastore_port}")
+            catalog.setdefault("warehouse", (home / "warehouse").as_uri())
+        elif catalog.get("type") == "glue" and not catalog.get("warehouse"):
+            raise ValueError("catalog.type = 'glue' needs catalog.warehouse (an s3:// location)")
+        lake.setdefault("delta_root", (home / "delta").as_uri())
+        changelog = data.setdefault("changelog", {})
+        if isinstance(changelog, dict):
+            changelog.setdefault("checkpoint", str(home / "checkpoints" / "changelog"))
+        return data
+
+    @model_validator(mode="after")
+    def _delta_partitions_by_columns(self) -> PipelineConfig:
+        if self.lake.format == "delta":
+            for table in self.mirror.partition_by:
+                transformed = [str(f) for f in self.mirror.partition_fields(table) if f.transform != "identity"]
+                if transformed:
+                    raise ValueError(f"mirror.partition_by.{table}: Delta partitions by columns only, not by "
+                                     f"{', '.join(transformed)}; use columns, or lake.format = 'iceberg'")
+        return self
+
+    @property
+    def jars_dir(self) -> Path:
+        return self.jars
+
+    @property
+    def services_dir(self) -> Path:
+        return self.home / "services"
+
+
+def load_config(
+    path: Path | None = None,
+    overrides: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> PipelineConfig:
+    """Merge file, environment and `section.key=value` overrides, then validate once."""
+    environ = os.environ if environ is None else environ
+    data: dict[str, Any] = {}
+    path = path or (Path(environ["PIPELINE_CONFIG"]) if environ.get("PIPELINE_CONFIG") else None)
+    if path is None and Path(DEFAULT_CONFIG_FILE).is_file():
+        path = Path(DEFAULT_CONFIG_FILE)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist; pass an existing file to --config") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX) and name != "PIPELINE_CONFIG":
+            _assign(data, name[len(ENV_PREFIX):].lower().split("__"), value, source=f"environment {name}")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r} must look like section.key=value")
+        _assign(data, key.strip().split("."), value, source=f"--set {key}")
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+# Settings that are maps of free-form keys: everything after the map's name is one key ("spark.conf.a.b").
+_MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties"), ("mirror", "keys"),
+                 ("mirror", "partition_by"), ("kinesis", "options"), ("dms_files", "options"),
+                 ("dms_files", "csv_schemas")}
+
+
+def _assign(data: dict[str, Any], keys: list[str], value: str, source: str) -> None:
+    if not all(keys):
+        raise ConfigError(f"{source}: empty setting name")
+    if tuple(keys[:2]) in _MAP_SETTINGS and len(keys) > 3:
+        keys = [*keys[:2], ".".join(keys[2:])]
+    node = data
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{source}: {key} is a value, not a section")
+    node[keys[-1]] = value
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "configuration"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"unknown setting '{name}': check its spelling against docs/configuration.md")
+        else:
+            lines.append(f"invalid setting '{name}': {err['msg']}")
+    return "; ".join(lines)

@@ -1,0 +1,93 @@
+"""The past of the lakehouse: SQL as of a lake commit, the history of one key, a table as of a source time.
+
+- As of a lake commit: Spark's `VERSION AS OF` / `TIMESTAMP AS OF`, which both Iceberg and Delta serve.
+- History of a key: every changelog row of the key in `_seq` order, with the lake commit that added it.
+- As of a source time: the changelog rebuilt to the state the source held then (`cdc.merge.state_as_of`).
+Delta path tables are registered in the session catalog first, so SQL names them like Iceberg tables:
+`changelog.<table>`, `mirror.<table>` and their views (`tables/views.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from cdc.merge import state_as_of
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import table_keys
+from tables.lake import lake_table, table_names
+from tables.names import quote, sql_string
+from tables.views import lake_views, replace_views
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# A table reference after FROM or JOIN (not a subquery): the place `VERSION AS OF` goes.
+_QUOTED = r"`(?:[^`]|``)+`"  # a quoted identifier part (a backtick in it doubled)
+_TABLE_REFERENCE = re.compile(rf"(?i)\b(FROM|JOIN)(\s+)((?:[A-Za-z_]\w*|{_QUOTED})(?:\.(?:\w+|{_QUOTED}))*)(?!\s*\()")
+
+
+class QueryError(ValueError):
+    """A query, key or time the lake cannot answer; the message says what to pass instead."""
+
+
+def as_of_sql(sql: str, as_of: str) -> str:
+    """`sql` with every table it reads pinned to one lake commit: a snapshot id / version, or a timestamp."""
+    clause = f"VERSION AS OF {as_of}" if as_of.isdigit() else f"TIMESTAMP AS OF '{as_of}'"
+    rewritten, count = _TABLE_REFERENCE.subn(lambda m: f"{m[1]}{m[2]}{m[3]} {clause}", sql)
+    if not count:
+        raise QueryError(f"--as-of needs a query that reads a table by name (FROM <table>), got: {sql}")
+    return rewritten
+
+
+def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
+    """Name Delta path tables and their views in the session catalog: `changelog.<t>`, `changelog.<t>_latest`,
+    `mirror.<t>`, `mirror.<t>_current`, `mirror.<t>_deleted`."""
+    spark.sql("USE spark_catalog")
+    for namespace in (cfg.changelog.namespace, cfg.mirror.namespace):
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {quote(namespace)}")
+        for name in table_names(cfg, spark, namespace):
+            path = f"{cfg.lake.delta_root}/{namespace}/{name}"
+            spark.sql(f"CREATE TABLE IF NOT EXISTS {quote(namespace, name)} USING delta LOCATION {sql_string(path)}")
+    replace_views(spark, None, lake_views(cfg, spark))
+
+
+def query(cfg: PipelineConfig, spark: SparkSession, sql: str, as_of: str | None = None) -> DataFrame:
+    if cfg.lake.format == "delta":
+        register_delta_tables(cfg, spark)
+    return spark.sql(as_of_sql(sql, as_of) if as_of else sql)
+
+
+def parse_key(keys: list[str], key: str) -> dict[str, str]:
+    """One key given as `value` or `v1,v2` (composite keys, in key order) -> column -> value."""
+    values = key.split(",")
+    if len(values) != len(keys):
+        raise QueryError(f"--key {key!r} has {len(values)} value(s); the table's key is ({', '.join(keys)})")
+    return dict(zip(keys, values))
+
+
+def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> DataFrame:
+    """Every change of one key, oldest first: op, source time, the lake commit that added it, and the row.
+    A change delivered twice (same source position, another transport offset) is shown once."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    changelog = lake_table(cfg, spark, cfg.changelog.namespace, table)
+    if not changelog.exists():
+        raise QueryError(f"no changelog table {table} ({changelog.ref}); tables: "
+                         f"{', '.join(table_names(cfg, spark, cfg.changelog.namespace)) or 'none'}")
+    rows = changelog.read_with_commits(parse_key(table_keys(cfg, table, changelog), key))
+    first_delivery = Window.partitionBy("_seq.source_major", "_seq.source_minor").orderBy("_seq")
+    columns = [c for c in rows.columns if not c.startswith("_")]
+    return (rows.withColumn("_rank", F.row_number().over(first_delivery)).where("_rank = 1")  # duplicates once
+            .orderBy("_seq").select("_op", "_source_ts", "_commit", "_seq", *columns))
+
+
+def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str, key: str | None = None) -> DataFrame:
+    """The table (or its row of one `key`) as the source held it at `source_time`, rebuilt from the changelog."""
+    changelog = lake_table(cfg, spark, cfg.changelog.namespace, table)
+    if not changelog.exists():
+        raise QueryError(f"no changelog table {table} ({changelog.ref})")
+    keys = table_keys(cfg, table, changelog)
+    changes = changelog.read_key(parse_key(keys, key)) if key is not None else changelog.read()
+    return state_as_of(changes, keys, source_time)

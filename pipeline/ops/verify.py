@@ -1,0 +1,151 @@
+"""`pipeline verify`: a mirror (now) or a rebuilt state (as of a source time) against the simulator's truth.
+
+The comparison runs in Spark: the truth's rows become a DataFrame with the table's own types, and a full outer
+join on the key finds rows missing from the lake, rows the source does not have, and rows whose values differ.
+Columns the truth row does not carry (written before a column existed) must be null in the lake. A truth
+value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake type it lands as
+(`simulators/semantic.py`), where the lake column has that type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.mirror import MirrorError, table_keys
+from simulators.semantic import lake_value
+from simulators.tables import TABLE_SETS
+from simulators.truth import TruthStore
+from tables.lake import lake_table, table_names
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+MAX_REPORTED = 50  # mismatches listed per table; all are counted
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    kind: Literal["missing", "extra", "differs"]  # missing: in the source, not in the lake; extra: the opposite
+    key: tuple
+    columns: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # column -> (lake, source)
+
+    def line(self) -> str:
+        if self.kind != "differs":
+            return f"  {self.kind:<8} key {self.key}"
+        diffs = ", ".join(f"{c}: lake={lake!r} source={src!r}" for c, (lake, src) in self.columns.items())
+        return f"  differs  key {self.key}: {diffs}"
+
+
+@dataclass(frozen=True)
+class TableVerdict:
+    table: str
+    truth_table: str
+    rows: int  # rows the source holds
+    mismatches: int
+    examples: list[Mismatch]
+
+    def lines(self) -> list[str]:
+        head = f"{self.table} vs {self.truth_table}: {self.rows} source rows, {self.mismatches} mismatches"
+        return [head, *[m.line() for m in self.examples]]
+
+
+def truth_table_for(truth: TruthStore, table: str) -> str:
+    """The truth's `<db>.<schema>.<table>` for lake table `<db>_<table>` (the db part may be a topic prefix)."""
+    tables = truth.tables()
+    candidates = sorted({name for name in tables if table.endswith("_" + name.rsplit(".", 1)[-1])})
+    if len(candidates) != 1:
+        found = ", ".join(tables) or "none"
+        raise ValueError(f"table {table} matches {len(candidates)} truth tables (the truth has: {found}); "
+                         "verify tables named <db>_<table> after the source table")
+    return candidates[0]
+
+
+def source_time_us(source_time: str) -> int:
+    """An ISO timestamp (UTC unless it names a zone) as microseconds since the epoch, as the truth keeps time."""
+    parsed = datetime.fromisoformat(source_time)
+    parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return int(parsed.timestamp() * 1_000_000)
+
+
+def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str, Any]], keys: list[str],
+            table: str, truth_table: str) -> TableVerdict:
+    """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table."""
+    from pyspark.sql import functions as F
+
+    columns = [c for c in lake.columns if not c.startswith("_")]
+    schema = lake.select(*columns).schema
+    readers = _lake_readers(schema, truth_table)
+    expected = spark.createDataFrame([tuple(None if row.get(c) is None else readers[c](row[c]) if c in readers
+                                            else row.get(c) for c in columns)
+                                      for row in truth_rows.values()], schema)
+    lake_side = lake.select(*[F.col(c).alias(f"lake_{c}") for c in columns], F.lit(True).alias("_in_lake"))
+    source_side = expected.select(*[F.col(c).alias(f"src_{c}") for c in columns], F.lit(True).alias("_in_src"))
+    joined = lake_side.join(source_side, [F.col(f"lake_{k}") == F.col(f"src_{k}") for k in keys], "full_outer")
+    differs = [F.when(~F.col(f"lake_{c}").eqNullSafe(F.col(f"src_{c}")), F.lit(c)) for c in columns]
+    found = joined.select(
+        "*",
+        F.when(F.col("_in_src").isNull(), "extra").when(F.col("_in_lake").isNull(), "missing")
+        .otherwise(F.when(F.size(F.array_compact(F.array(*differs))) > 0, "differs")).alias("_kind"),
+        F.array_compact(F.array(*differs)).alias("_columns"),
+    ).where("_kind IS NOT NULL")
+    total = found.count()
+    examples = []
+    for row in found.limit(MAX_REPORTED).collect():
+        side = "src" if row["_kind"] == "missing" else "lake"
+        key = tuple(row[f"{side}_{k}"] for k in keys)
+        diffs = {c: (row[f"lake_{c}"], row[f"src_{c}"]) for c in row["_columns"]} if row["_kind"] == "differs" else {}
+        examples.append(Mismatch(row["_kind"], key, diffs))
+    return TableVerdict(table, truth_table, len(truth_rows), total, examples)
+
+
+def _lake_readers(schema: StructType, truth_table: str) -> dict[str, Callable[[Any], Any]]:
+    """Per lake column whose truth values need reading as the lake's type, how: decimals exactly (a truth float,
+    or a decimal kept as text), semantic types as the lake type they land as."""
+    from pyspark.sql.types import DecimalType
+
+    source = {col.name: col.avro_type for tables in TABLE_SETS.values() for t in tables if t.qualified == truth_table
+              for col in (*t.columns, t.evolution)}
+    readers: dict[str, Callable[[Any], Any]] = {}
+    for f in schema.fields:
+        reader = _exact if isinstance(f.dataType, DecimalType) else lake_value(source.get(f.name),
+                                                                                f.dataType.simpleString())
+        if reader is not None:
+            readers[f.name] = reader
+    return readers
+
+
+def _exact(value: Any) -> Any:
+    """A truth float, or decimal text, as the decimal the lake holds (DMS JSON numbers with a fraction are read
+    as decimals)."""
+    return Decimal(str(value)) if isinstance(value, (float, str)) else value
+
+
+def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tables: list[str],
+                source_time: str | None = None) -> list[TableVerdict]:
+    """Each mirror (or, with `source_time`, each changelog rebuilt to that time) against the truth."""
+    from pipeline.ops.timetravel import state
+
+    namespace = cfg.changelog.namespace if source_time else cfg.mirror.namespace
+    names = tables or [t for t in table_names(cfg, spark, namespace) if t != cfg.changelog.dead_letter_table]
+    if not names:
+        raise MirrorError(f"nothing to verify: namespace {namespace!r} has no tables; run the stages first")
+    verdicts = []
+    for name in names:
+        truth_table = truth_table_for(truth, name)
+        if source_time:
+            lake = state(cfg, spark, name, source_time)
+            expected = truth.state_at(truth_table, source_time_us(source_time))
+            keys = table_keys(cfg, name, lake_table(cfg, spark, cfg.changelog.namespace, name))
+        else:
+            mirror = lake_table(cfg, spark, cfg.mirror.namespace, name)
+            if not mirror.exists():
+                raise MirrorError(f"no mirror {mirror.ref}: run `pipeline mirror` first")
+            lake, expected = mirror.read().where("NOT _is_deleted"), truth.state_at(truth_table)
+            keys = table_keys(cfg, name, mirror)
+        verdicts.append(compare(spark, lake, expected, keys, name, truth_table))
+    return verdicts

@@ -1,0 +1,231 @@
+"""The lakehouse-ready Spark session: Iceberg and Delta side by side, Kafka and Avro connectors loaded.
+
+`local[*]` here; under spark-submit (EMR, EMR Serverless, Kubernetes) set `spark.master` empty and
+`spark.connector_jars = "submit"`, and the cluster's master and --packages take over unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import structlog
+
+from pipeline.runtime import jvm
+from pipeline.config.settings import PipelineConfig
+from tables.catalog import spark_catalog_conf
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = structlog.get_logger(__name__)
+
+SQL_EXTENSIONS = (
+    "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
+    "io.delta.sql.DeltaSparkSessionExtension"
+)
+
+
+def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
+    """Every Spark setting the pipeline needs, as plain strings (what spark-submit --conf would take)."""
+    conf = {
+        "spark.app.name": cfg.spark.app_name,
+        "spark.sql.extensions": SQL_EXTENSIONS,
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.defaultCatalog": cfg.catalog.name,
+        "spark.sql.warehouse.dir": str(cfg.home / "spark-warehouse"),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
+        "spark.ui.enabled": str(cfg.spark.ui).lower(),
+        "spark.ui.showConsoleProgress": "false",  # progress is logged per job, not drawn over the logs
+        "spark.driver.memory": cfg.spark.driver_memory,
+        "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        # Small local tables: skip Delta's statistics collection fan-out and keep snapshots in few tasks.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        # New Delta tables keep a change data feed: the mirror reads only the rows appended since its watermark.
+        "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "true",
+    }
+    if cfg.spark.master:
+        conf["spark.master"] = cfg.spark.master
+    if _local(cfg):
+        # The driver on the loopback address: no "hostname resolves to a loopback address" warning, no lookup.
+        conf["spark.driver.host"] = "127.0.0.1"
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()}"
+    if cfg.spark.preload_workers:
+        conf["spark.python.daemon.module"] = "pipeline.runtime.worker_daemon"
+    if cfg.spark.connector_jars == "local":
+        conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
+    conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
+    conf.update(s3a_conf(cfg))
+    mine = conf["spark.driver.extraJavaOptions"]
+    conf.update(cfg.spark.conf)
+    if mine not in conf["spark.driver.extraJavaOptions"] and "log4j2.configurationFile" not in conf[
+            "spark.driver.extraJavaOptions"]:  # the user's JVM options, and the log configuration unless they name one
+        conf["spark.driver.extraJavaOptions"] = f"{mine} {conf['spark.driver.extraJavaOptions']}"
+    return conf
+
+
+def _local(cfg: PipelineConfig) -> bool:
+    return (cfg.spark.master or "").startswith("local")
+
+
+def log_config_path(cfg: PipelineConfig) -> Path:
+    return cfg.home.resolve() / "logs" / "log4j2-spark.properties"
+
+
+def log_file(cfg: PipelineConfig) -> Path:
+    return cfg.home.resolve() / "logs" / "spark.log"
+
+
+def log_config(cfg: PipelineConfig) -> str:
+    """log4j2 for the driver JVM: every line from INFO up to `<home>/logs/spark.log` (rolled at 50 MB, five
+    kept), only `spark.console_log_level` and up on the console. A configuration file of our own also keeps
+    Spark from printing its default-profile lines ("Using Spark's default log4j profile", "Setting default log
+    level")."""
+    return "\n".join([
+        "status = error",
+        "name = pipeline",
+        "rootLogger.level = info",
+        "rootLogger.appenderRef.file.ref = file",
+        "rootLogger.appenderRef.console.ref = console",
+        "appender.file.type = RollingFile",
+        "appender.file.name = file",
+        f"appender.file.fileName = {log_file(cfg)}",
+        f"appender.file.filePattern = {log_file(cfg)}.%i",
+        "appender.file.layout.type = PatternLayout",
+        "appender.file.layout.pattern = %d{ISO8601} %p %c: %m%n%ex",
+        "appender.file.policies.type = Policies",
+        "appender.file.policies.size.type = SizeBasedTriggeringPolicy",
+        "appender.file.policies.size.size = 50MB",
+        "appender.file.strategy.type = DefaultRolloverStrategy",
+        "appender.file.strategy.max = 5",
+        "appender.console.type = Console",
+        "appender.console.name = console",
+        "appender.console.target = SYSTEM_ERR",
+        "appender.console.layout.type = PatternLayout",
+        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex",
+        "appender.console.filter.threshold.type = ThresholdFilter",
+        f"appender.console.filter.threshold.level = {cfg.spark.console_log_level.lower()}",
+        # PySpark's gateway counts as an interpreter: unless this logger has its own level equal to the root's,
+        # Spark prints "Setting default log level" and holds its console appenders at WARN.
+        "logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer",
+        "logger.gateway.level = info",
+        # Spark's own defaults: third-party loggers that are noisy even at INFO
+        "logger.jetty.name = org.sparkproject.jetty",
+        "logger.jetty.level = warn",
+        "logger.parquet.name = org.apache.parquet",
+        "logger.parquet.level = error",
+        "logger.hive.name = org.apache.hadoop.hive.metastore.RetryingHMSHandler",
+        "logger.hive.level = fatal",
+        "",
+    ])
+
+
+S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+ENV_CREDENTIALS = "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider"
+DEFAULT_CREDENTIALS = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
+
+
+def s3a_conf(cfg: PipelineConfig) -> dict[str, str]:
+    """Hadoop's S3A file system (`s3a://`, and `s3://` unless the cluster keeps its own) from `aws`.
+
+    Never a secret: PySpark hands its settings to spark-submit on the command line, where any user of the
+    machine can read them. Configured keys reach the JVM through its environment (`_export_aws_credentials`),
+    read by the SDK's environment provider; without keys the SDK's default chain applies (environment, web
+    identity, profile, container and instance roles).
+    """
+    aws = cfg.aws
+    hadoop = {
+        "fs.s3a.endpoint.region": aws.region,
+        "fs.s3a.aws.credentials.provider": (
+            ENV_CREDENTIALS if aws.access_key_id and aws.secret_access_key else DEFAULT_CREDENTIALS),
+    }
+    if aws.endpoint_url:  # moto, MinIO, a VPC endpoint: path-style requests to that address
+        hadoop["fs.s3a.endpoint"] = aws.endpoint_url
+        hadoop["fs.s3a.path.style.access"] = "true"
+        hadoop["fs.s3a.connection.ssl.enabled"] = str(aws.endpoint_url.startswith("https:")).lower()
+    if cfg.spark.s3_scheme == "s3a":
+        # No s3:// file system outside EMR: EMR maps it to EMRFS, plain Hadoop has none. Mapping it to S3A lets
+        # tables keep the s3:// locations Glue and Athena use. On EMR set spark.s3_scheme = "cluster".
+        hadoop["fs.s3.impl"] = S3A
+        hadoop["fs.AbstractFileSystem.s3.impl"] = "org.apache.hadoop.fs.s3a.S3A"
+    return {f"spark.hadoop.{key}": value for key, value in hadoop.items()}
+
+
+def get_spark(cfg: PipelineConfig) -> SparkSession:
+    """The process's one Spark session, started on first use."""
+    from pyspark.sql import SparkSession
+
+    _export_aws_credentials(cfg)
+    if _local(cfg):
+        # Python workers (Python data sources such as s3-sqs) need this interpreter's packages, not PATH's python3
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    cfg.home.mkdir(parents=True, exist_ok=True)  # the JDBC catalog's sqlite file lives here
+    conf = spark_conf(cfg)
+    started = time.perf_counter()
+    launched = _launch_gateway(cfg, conf)
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if launched:
+        log.info("spark.logs", file=str(log_file(cfg)), console=cfg.spark.console_log_level)
+    elif "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit started the JVM with the cluster's logging
+        spark.sparkContext.setLogLevel("WARN")
+    log.info("spark.session", master=spark.sparkContext.master, version=spark.version,
+             seconds=round(time.perf_counter() - started, 1))
+    return spark
+
+
+# The JVM itself prints this when Spark's launcher adds `--add-modules=jdk.incubator.vector`; no JVM flag turns
+# it off, so the gateway's stderr passes through a filter that drops it.
+_JVM_NOISE = (b"WARNING: Using incubator modules",)
+
+
+def _launch_gateway(cfg: PipelineConfig, conf: dict[str, str]) -> bool:
+    """Start the driver JVM (what `getOrCreate` would do) with our log configuration in place and its stderr
+    filtered; False when a JVM already runs (spark-submit, or a session started before)."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ or SparkContext._gateway is not None:
+        return False
+    path = log_config_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(log_config(cfg))
+    gateway = launch_gateway(SparkConf(loadDefaults=False).setAll(list(conf.items())),
+                             popen_kwargs={"stderr": subprocess.PIPE})
+    threading.Thread(target=_forward, args=(gateway.proc.stderr, cfg.spark.console_log_level != "ERROR"),
+                     name="spark-stderr", daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)  # PySpark's own entry for a gateway launched by the caller
+    return True
+
+
+def _forward(stream: IO[bytes], verbose: bool) -> None:
+    """Copy the JVM's stderr to ours, line by line, without the JVM's start-up notice unless verbose."""
+    for line in iter(stream.readline, b""):
+        if not verbose and line.startswith(_JVM_NOISE):
+            continue
+        try:
+            sys.stderr.buffer.write(line) if hasattr(sys.stderr, "buffer") else sys.stderr.write(line.decode())
+            sys.stderr.flush()
+        except (ValueError, OSError):  # our stderr was closed or swapped: keep draining the pipe
+            pass
+
+
+def _export_aws_credentials(cfg: PipelineConfig) -> None:
+    """Let the JVM's AWS SDK find configured credentials (it reads the environment the JVM starts with).
+
+    Without configured keys nothing is set and the SDK's default chain (instance role, profile) applies.
+    """
+    os.environ.setdefault("AWS_REGION", cfg.aws.region)
+    if cfg.aws.access_key_id and cfg.aws.secret_access_key:
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", cfg.aws.access_key_id.get_secret_value())
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", cfg.aws.secret_access_key.get_secret_value())

@@ -1,0 +1,2 @@
+"""SQL access for other engines: Athena DDL and views over Glue (`athena`), and a HiveServer2 endpoint
+(`hive_server`)."""

@@ -1,0 +1,352 @@
+"""One micro-batch into the changelog: decode -> normalise -> route -> idempotent append -> dead letters.
+
+The rows are in the shape Spark's Kafka source gives (key, value, topic, partition, offset, timestamp, and
+transport columns such as Kafka's headers or Kinesis's sequence number); a transport puts its records in it.
+Values are registry-framed Avro (`registry.wire_format`: Confluent, Apicurio legacy or Glue, or Apicurio's
+header ids), decoded on the JVM with one `from_avro` per writer schema (the subject's latest version as the
+reader schema), or DMS JSON through a variant (`cdc/decode.py`). Changes are normalised into the canonical
+change record (`cdc/normalize.py`) and routed by topic `<db>.<schema>.<table>` to
+`<catalog>.changelog.<db>_<table>` (Iceberg) or `<lake.delta_root>/changelog/<db>_<table>` (Delta). Records
+that cannot be decoded, or must not land, go with their raw bytes and the reason to the `dead_letters` table
+beside them; they never block a partition.
+
+Two ways to land a topic's rows:
+- one pass (`land_topics`): the topic's rows are decoded and appended as they are read, the writers being every
+  version of the topic's subject, asked of the registry; what that does not cover is counted on the way and
+  only then read again. This is how Kafka batches land.
+- planned (`land`): one job reads and caches the rows to find their topics, kinds and schema ids, then each
+  topic is decoded from the cache. This is how rows of many tables in one stream land (Kinesis), and dead
+  letters replayed.
+
+Every append is idempotent per (writer id, batch id) (`tables/append.py`), so a batch replayed after a crash
+skips the tables it already wrote.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdc import decode, framing
+from cdc.control import control_kind
+from cdc.framing import Framing, Kind
+from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, rejections
+from pipeline.stages.changelog.report import BatchReport
+from pipeline.config.settings import PipelineConfig
+from registry.ids import UnresolvedSchemaId
+from registry.resolver import resolver_from_settings
+from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
+from tables.glue_delta import DeltaGlue
+from tables.names import UnmappableName, lake_table_name
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+CARRIED = ("headers",)  # Kafka headers (registry ids may travel there): kept with a dead letter, for its replay
+
+
+@dataclass
+class TopicPlan:
+    """What one topic brought in a batch: rows by kind, framed rows by writer schema id, DMS JSON row type."""
+
+    topic: str
+    rows: int = 0
+    tombstones: int = 0
+    unframed: int = 0
+    json_rows: int = 0
+    row_type: str | None = None
+    framed: dict[str, int] = field(default_factory=dict)
+    compressed: int = 0  # framed rows with a zlib-compressed body (Glue)
+
+    def add(self, kind: Kind, schema_id: str | None, rows: int, row_type: str | None, compressed: int) -> None:
+        self.rows += rows
+        self.compressed += compressed
+        if kind is Kind.TOMBSTONE:
+            self.tombstones += rows
+        elif kind is Kind.UNFRAMED:
+            self.unframed += rows
+        elif kind is Kind.JSON:
+            self.json_rows, self.row_type = rows, row_type
+        else:
+            self.framed[str(schema_id)] = rows
+
+
+class Landing:
+    def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
+        self.cfg = cfg
+        self.spark = spark
+        self.resolver = resolver_from_settings(cfg.registry, cfg.aws)
+        self.framing = Framing.of(cfg.registry.wire_format)
+        self.namespace = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
+        delta_root = f"{cfg.lake.delta_root}/{cfg.changelog.namespace}"
+        self.target = f"delta tables under {delta_root}" if cfg.lake.format == "delta" else f"iceberg {self.namespace}"
+        self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
+                                   else IcebergAppender(spark, self.namespace))
+        self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
+
+    def prepare(self) -> None:
+        """Create the changelog namespace (Iceberg) before a first batch needs it."""
+        if self.cfg.lake.format == "iceberg":
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
+
+    def land(self, batch: DataFrame, report: BatchReport, store_dead_letters: bool = True,
+             registry_frames: bool = True) -> None:
+        """Land Kafka-shaped rows of any topics, planned by reading them (`_planned`); dead letters are appended
+        once (unless `store_dead_letters` is off: a replay of stored dead letters only counts what still fails).
+        `registry_frames` off: the values are DMS JSON only, so no registry is asked."""
+        raw = self._classified(batch, registry_frames).persist()
+        try:
+            self.append_dead_letters(self._planned(raw, report), report, store_dead_letters)
+        finally:
+            raw.unpersist()
+
+    def land_topics(self, topics: list[tuple[str, DataFrame]], report: BatchReport) -> None:
+        """Land a batch topic by topic, given each topic's Kafka-shaped rows, each read once (`_one_pass`);
+        dead letters last."""
+        dead: list[DataFrame] = []
+        for topic, rows in topics:
+            dead += self._one_pass(self._classified(rows), topic, report)
+        self.append_dead_letters(dead, report)
+
+    def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:
+        """The rows with their writer schema id, whether the body is compressed, and their kind (`cdc.framing`)."""
+        from pyspark.sql import functions as F
+
+        schema_id, compressed = self.framing.schema_id("headers" in batch.columns), self.framing.compressed()
+        if not registry_frames:  # DMS JSON only: no registry frames, no registry lookups
+            schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
+        transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in batch.columns]
+        raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
+                           schema_id.alias("schema_id"), compressed.alias("compressed"))
+        return raw.withColumn("kind", framing.kind(F.col("schema_id")))
+
+    def _one_pass(self, raw: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
+        """One topic's records (`_classified`) decoded and appended as they are read, with no pass to plan
+        them: the writers are every version of the topic's subject (`SchemaResolver.subject_writers`), asked
+        of the registry per batch, which holds every version the batch's records were written with by then.
+
+        What that does not cover is counted on the way (an id of no version of the subject, DMS JSON, unframed
+        bytes, a compressed body) and, only when there is some, read again and landed the planned way
+        (`_planned`) under a writer id of its own, so that a replay skips or lands each part once. The part is
+        the same on a replay: a batch's ids are versions of the subject or not, whenever it is asked."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        writers = self.resolver.subject_writers(topic, self.framing.reads_headers)
+        by_reader, _ = self._by_reader(topic, dict(writers))
+        if not writers or not all(_lands(reader) for reader in by_reader):
+            # no subject the registry can list, or heartbeats: plan by reading
+            report.planned.append(topic)
+            cached = raw.persist()
+            try:
+                return self._planned(cached, report)
+            finally:
+                cached.unpersist()
+        handled = ((F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isin(sorted(writers))
+                   & ~F.col("compressed"))
+        tombstone = F.col("kind") == Kind.TOMBSTONE.value
+        counts = (F.count(F.lit(1)).alias("rows"), F.count_if(tombstone).alias("tombstones"),
+                  F.count_if(~handled & ~tombstone).alias("rest"))
+        seen = Observation(f"one pass {topic} {report.batch_id}")
+        dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
+                                 report, grouped=(by_reader, {}))
+        observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
+        report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
+        report.rows_in += observed["rows"]
+        report.tombstones += observed["tombstones"]
+        report.records[topic] = report.records.get(topic, 0) + observed["rows"] - observed["tombstones"]
+        if observed["rest"]:
+            report.planned.append(topic)
+            rest = BatchReport(report.batch_id, writer=f"{report.writer}+rest")
+            cached = raw.where(~handled & ~tombstone).persist()
+            try:
+                dead += self._planned(cached, rest)
+            finally:
+                cached.unpersist()
+            for table, n in rest.tables.items():
+                report.tables[table] = report.tables.get(table, 0) + n
+            report.skipped += rest.skipped
+        return dead
+
+    def _planned(self, raw: DataFrame, report: BatchReport) -> list[DataFrame]:
+        """One job plans the (`_classified`, cached) rows: rows per topic, kind and schema id, and DMS JSON row
+        types; then each topic's rows are decoded and appended. Returns the dead letters, gathered from what the
+        plan and the appends' observed counts say is there."""
+        from pyspark.sql import functions as F
+
+        plans = self._plan(raw)
+        batch_rows = self._per_topic_tasks(raw, len(plans))
+        report.rows_in += sum(plan.rows for plan in plans.values())
+        report.tombstones += sum(plan.tombstones for plan in plans.values())
+        for topic, plan in plans.items():
+            report.records[topic] = report.records.get(topic, 0) + plan.rows - plan.tombstones
+        dead = []
+        if any(plan.unframed for plan in plans.values()):
+            dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
+                                   f"neither {self.framing.expected} nor a DMS JSON object"))
+        for topic, plan in sorted(plans.items()):
+            dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, report.batch_id, report)[0]
+        return dead
+
+    def _per_topic_tasks(self, raw: DataFrame, topics: int) -> DataFrame:
+        """The cached batch, read by as many tasks as one topic has partitions (at least one per core).
+
+        Each topic's decode scans the whole cached batch, so with a task per Kafka partition a batch of twelve
+        4-partition topics ran 48 mostly empty tasks per topic. A lone topic keeps a task per partition: 2M
+        events of one 4-partition topic took 75 s coalesced to 2 cores, 62 s not."""
+        cores, partitions = self.spark.sparkContext.defaultParallelism, raw.rdd.getNumPartitions()
+        return raw.coalesce(max(cores, math.ceil(partitions / max(topics, 1))))
+
+    def append_dead_letters(self, dead: list[DataFrame], report: BatchReport, store: bool = True) -> None:
+        """Every dead letter the batch produced, counted by topic and error class (for the bound) and, with
+        `store`, appended once to the dead-letter table."""
+        if not dead:
+            return
+        # A union of the topics' parts runs every part's tasks, each carrying the whole union's plan: with
+        # 25 parts that was 1200 tasks and 47 s for 84 rows, unless coalesced to the cores.
+        letters = functools.reduce(type(dead[0]).unionByName, dead)
+        letters = letters.coalesce(self.spark.sparkContext.defaultParallelism).persist()
+        try:
+            for row in letters.groupBy("topic", "error_class").count().collect():
+                report.dead_by_topic.setdefault(row["topic"], {})[row["error_class"]] = row["count"]
+            if store:
+                done = self.append(letters, self.cfg.changelog.dead_letter_table, report,
+                                    partition_by_source_time=False)
+                report.dead_letters, report.dead_letters_skipped = done.rows, done.skipped
+            else:
+                report.dead_letters = sum(sum(classes.values()) for classes in report.dead_by_topic.values())
+        finally:
+            letters.unpersist()
+
+    def _plan(self, raw: DataFrame) -> dict[str, TopicPlan]:
+        from pyspark.sql import functions as F
+
+        json_rows = F.when(F.col("kind") == Kind.JSON.value, F.col("value"))
+        groups = (raw.groupBy("topic", "kind", "schema_id")
+                  .agg(F.count(F.lit(1)).alias("rows"), F.count_if("compressed").alias("compressed"),
+                       decode.dms_json_row_type(json_rows).alias("row_type")).collect())
+        plans: dict[str, TopicPlan] = {}
+        for group in groups:
+            plan = plans.setdefault(group["topic"], TopicPlan(group["topic"]))
+            plan.add(Kind(group["kind"]), group["schema_id"], group["rows"], group["row_type"], group["compressed"])
+        return plans
+
+    def _by_reader(self, topic: str, writers: dict[str, str | UnresolvedSchemaId]
+                   ) -> tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]]:
+        """Writers grouped by their reader schema (the subject's latest), and the ids that name no writer,
+        grouped by (error class, reason)."""
+        unresolved: dict[tuple[str, str], list[str]] = {}
+        by_reader: dict[str, dict[str, str]] = {}
+        for schema_id, writer in writers.items():
+            if isinstance(writer, UnresolvedSchemaId):
+                unresolved.setdefault((writer.error_class, str(writer)), []).append(schema_id)
+            else:
+                by_reader.setdefault(self.resolver.reader(topic, writer), {})[schema_id] = writer
+        return by_reader, unresolved
+
+    def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
+               grouped: tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]] | None = None
+               ) -> tuple[list[DataFrame], Appended | None]:
+        """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters (what
+        did not decode, and what decoded but must not land: `cdc.normalize.rejections`) and the append, if
+        any. `grouped`: the writers by reader (`_by_reader`), when known without the plan's ids."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
+        try:
+            name = lake_table_name(db, table)
+        except UnmappableName as exc:  # unframed rows are dead letters already; tombstones carry nothing
+            return [self._dead(rows.where(F.col("kind").isin(Kind.FRAMED.value, Kind.JSON.value)), exc.error_class,
+                               str(exc))], None
+        # (format, rows with `v` and `_valid`, dead letter, reader schema text)
+        decoded: list[tuple[str, DataFrame, str, str, str | None]] = []
+        dead: list[DataFrame] = []
+        by_reader, unresolved = grouped or self._by_reader(plan.topic, self.resolver.writers(plan.topic, plan.framed))
+        framed = rows.where(F.col("kind") == Kind.FRAMED.value)
+        for (error_class, reason), ids in unresolved.items():
+            dead.append(self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason))
+        for reader, writers in by_reader.items():
+            schema = json.loads(reader)
+            control = control_kind(schema)
+            if control is not None:  # heartbeats and transaction metadata: counted, never landed
+                report.control[control] = report.control.get(control, 0) + sum(plan.framed[i] for i in writers)
+                continue
+            try:
+                fmt = detect_format(schema)
+            except ValueError as exc:
+                dead.append(self._dead(framed.where(F.col("schema_id").isin(list(writers))), "UnknownFormat",
+                                       f"{exc}: land it with its own pipeline, or leave the topic out"))
+                continue
+            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader,
+                               inflate=plan.compressed > 0)
+            decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names",
+                            reader))
+        if plan.json_rows:
+            part = decode.dms_json(rows.where(F.col("kind") == Kind.JSON.value), plan.row_type)
+            decoded.append(("dms-json", part, "WireFormatError",
+                            "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
+                            "(operation, timestamp, transaction-record-id)", None))
+        if not decoded:
+            return dead, None
+        keys = self.cfg.mirror.key_columns(name)
+        refused = [rejections(part, fmt, reader, keys) for fmt, part, _, _, reader in decoded]
+        observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
+        changes = functools.reduce(
+            lambda a, b: a.unionByName(b, allowMissingColumns=True),
+            [normalize(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n"),
+                                    F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
+                       .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, db, reader)
+             for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
+        done = self.append(changes, name, report)
+        for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
+            if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
+                dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))
+            if done.skipped or seen.get["refused"]:
+                for i, (condition, refusal, reason) in enumerate(checks):  # each row once, by its first reason
+                    dead.append(self._dead(part.where(F.col(decode.VALID) & condition & ~any_rejection(checks[:i])),
+                                           refusal, reason))
+        return dead, done
+
+    @staticmethod
+    def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in rows.columns]
+        return rows.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
+                           F.col("schema_id").cast("string").alias("schema_id"),
+                           F.lit(error_class).alias("error_class"), F.lit(message).alias("error_message"))
+
+    # -- idempotent appends --------------------------------------------------------------------------
+
+    def append(self, rows: DataFrame, name: str, report: BatchReport,
+               partition_by_source_time: bool = True) -> Appended:
+        """Append once per (`report.writer`, batch id): a replayed batch skips a table that holds it."""
+        from pyspark.sql import functions as F
+
+        batch_id = report.batch_id
+        rows = rows.withColumns({"_ingested_at": F.current_timestamp(), "_batch_id": F.lit(batch_id).cast("long")})
+        done = self.appender.append(rows, name, report.writer, batch_id, partition_by_source_time)
+        if done.skipped:
+            report.skipped.append(done.table)
+        elif done.rows:
+            report.tables[done.table] = done.rows
+        if self.glue is not None:  # a replayed batch too: a crash between the commit and Glue is repaired
+            self.glue.sync(self.cfg.changelog.namespace, name)
+        return done
+
+
+
+def _lands(reader: str) -> bool:
+    """Whether records of this reader schema land in a table (not heartbeats, nor of no known CDC format)."""
+    schema = json.loads(reader)
+    if control_kind(schema) is not None:
+        return False
+    try:
+        detect_format(schema)
+    except ValueError:
+        return False
+    return True

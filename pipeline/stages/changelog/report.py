@@ -1,0 +1,45 @@
+"""What one micro-batch did, for its progress line and for the dead-letter bound."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.config.settings import DeadLetterSettings
+
+
+@dataclass
+class BatchReport:
+    batch_id: int
+    writer: str = ""  # the id its appends commit under (with the batch id): the query's, or a replay's
+    rows_in: int = 0
+    tombstones: int = 0
+    dead_letters: int = 0
+    tables: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # tables this batch had already committed (a replay)
+    records: dict[str, int] = field(default_factory=dict)  # topic -> records that are not tombstones
+    dead_by_topic: dict[str, dict[str, int]] = field(default_factory=dict)  # topic -> error class -> count
+    dead_letters_skipped: bool = False  # the batch's dead letters were already stored (a replay)
+    control: dict[str, int] = field(default_factory=dict)  # Debezium heartbeats, transaction records: skipped
+    seconds: float = 0.0  # how long the batch took to land
+    one_pass: dict[str, int] = field(default_factory=dict)  # topic -> rows appended as they were read
+    planned: list[str] = field(default_factory=list)  # topics (or what one pass left) landed the planned way
+
+    @property
+    def rows_per_s(self) -> int:
+        return round(self.rows_in / self.seconds) if self.seconds else 0
+
+    def dead_letter_excess(self, bound: DeadLetterSettings) -> str | None:
+        """What breaks the bound, in words, or None: the first (topic, error class) past it."""
+        for topic, classes in sorted(self.dead_by_topic.items()):
+            dead, records = sum(classes.values()), max(self.records.get(topic, 0), 1)
+            error_class = max(classes, key=classes.__getitem__)
+            over_count = bound.max_count is not None and dead > bound.max_count
+            over_fraction = (bound.max_fraction is not None and records >= bound.min_records
+                             and dead / records > bound.max_fraction)
+            if over_count or over_fraction:
+                limit = (f"changelog.dead_letters.max_count = {bound.max_count}" if over_count else
+                         f"changelog.dead_letters.max_fraction = {bound.max_fraction:g}")
+                return (f"batch {self.batch_id} dead-lettered {dead} of {records} records of topic {topic} "
+                        f"({dead / records:.0%}; most of them {error_class}: {classes[error_class]}), past "
+                        f"{limit}")
+        return None

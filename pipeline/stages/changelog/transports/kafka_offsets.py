@@ -1,0 +1,97 @@
+"""One micro-batch of Kafka records, topic by topic, each read once, without scanning the batch to find them.
+
+Spark writes a batch's end offsets to the query's offset log (`<checkpoint>/offsets/<batch id>`) before it runs
+the batch; its start offsets are the previous batch's end, or for the first batch the initial offsets the Kafka
+source wrote (`<checkpoint>/sources/0/0`). A partition new since then starts at its earliest offset, as Spark's
+own source starts it. So the topics a batch holds, and each topic's exact offset ranges, are known before a
+record is read, and each topic's records are read by a batch query over just those ranges: a batch of ten topics
+reads each record once, where filtering the streaming batch by topic would read all ten topics ten times.
+
+The logs are read through Hadoop's file system, so checkpoints on S3 work as local ones do.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from pipeline.config import kafka
+from pipeline.config.settings import KafkaSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+EARLIEST = -2  # Spark's Kafka offset JSON: the partition's earliest offset
+
+
+@dataclass(frozen=True)
+class TopicRange:
+    """Where one topic's records of a batch are: partition -> (start offset, end offset exclusive)."""
+
+    topic: str
+    partitions: dict[int, tuple[int, int]]
+
+    @property
+    def upper_bound(self) -> int:
+        """Records at most (fewer where a start is the earliest offset, or a compacted topic has gaps)."""
+        return sum(end - max(start, 0) for start, end in self.partitions.values())
+
+    def read(self, spark: SparkSession, settings: KafkaSettings, headers: bool) -> DataFrame:
+        """The topic's records in these ranges, in the columns the streaming source gives."""
+        ranges = sorted(self.partitions.items())
+        return (spark.read.format("kafka").options(**kafka.spark_options(settings, headers=headers))
+                .option("assign", json.dumps({self.topic: [p for p, _ in ranges]}))
+                .option("startingOffsets", json.dumps({self.topic: {str(p): s for p, (s, _) in ranges}}))
+                .option("endingOffsets", json.dumps({self.topic: {str(p): e for p, (_, e) in ranges}}))
+                .option("failOnDataLoss", "false").load())
+
+
+def batch_ranges(spark: SparkSession, checkpoint: str, batch_id: int) -> list[TopicRange]:
+    """The topics with records in batch `batch_id` of the Kafka query checkpointed at `checkpoint`, by name."""
+    return ranges_in(lambda path: _read(spark, f"{checkpoint}/{path}"), batch_id)
+
+
+def ranges_in(read: Callable[[str], str | None], batch_id: int) -> list[TopicRange]:
+    """`batch_ranges` over `read`, which gives a checkpoint file's text by its path in the checkpoint."""
+    end = _offsets(read(f"offsets/{batch_id}"), f"offsets/{batch_id}")
+    start = _offsets(read(f"offsets/{batch_id - 1}"), f"offsets/{batch_id - 1}") if batch_id else _initial(read)
+    found = []
+    for topic, partitions in sorted(end.items()):
+        since = start.get(topic, {})
+        ranges = {p: (since.get(p, EARLIEST), e) for p, e in partitions.items() if since.get(p, EARLIEST) != e}
+        if ranges:
+            found.append(TopicRange(topic, ranges))
+    return found
+
+
+def _offsets(text: str | None, name: str) -> dict[str, dict[int, int]]:
+    """The Kafka source's offsets in an offset log file: `v1`, the batch's metadata, then the one source's JSON."""
+    lines = (text or "").splitlines()
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        raise ValueError(f"the changelog checkpoint's {name} is not a Spark offset log file of one source")
+    return _parsed(lines[2])
+
+
+def _initial(read: Callable[[str], str | None]) -> dict[str, dict[int, int]]:
+    """What the first batch started from; the file starts with a NUL byte, then `v1` and the JSON."""
+    lines = (read("sources/0/0") or "").lstrip("\x00").splitlines()
+    return _parsed(lines[1]) if len(lines) > 1 else {}
+
+
+def _parsed(line: str) -> dict[str, dict[int, int]]:
+    return {topic: {int(p): int(o) for p, o in partitions.items()} for topic, partitions in json.loads(line).items()}
+
+
+def _read(spark: SparkSession, location: str) -> str | None:
+    """A small file's text through Hadoop's file system, or None when there is none."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(location)  # type: ignore[union-attr]
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+    if not fs.exists(path):
+        return None
+    stream = fs.open(path)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")  # type: ignore[union-attr]
+    finally:
+        stream.close()

@@ -1,0 +1,150 @@
+"""Kinesis: AWS DMS's Kinesis target, DMS JSON records of every table of a task in one stream per task.
+
+DMS writes one stream per task (a source database), every table into it, keyed by primary key. A batch is put
+in the shape the stage reads Kafka records in (`kafka_shaped`) and landed the planned way, with no registry:
+a record's table is read from its DMS metadata (`schema-name`, `table-name`), else from a
+`<schema>.<table>.<key>` partition key (what the simulator writes, so undecodable records still reach their
+table's dead letters); the Kafka-like topic is `<stream>.<schema>.<table>`. The shard's number is the
+partition; the offset is `batch id << 32 | position in the shard's batch`, ascending with the shard's sequence
+numbers and the same when a batch is replayed; the sequence number itself rides along in `sequence` (into
+`_transport`). `aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until
+caught up runs back-to-back batches and stops once a trigger finds nothing new.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pipeline.stages.changelog.errors import StageError
+from pipeline.stages.changelog.transports import Outage
+from pipeline.config.settings import AwsSettings, PipelineConfig
+from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
+from pipeline.sources.kinesis.options import ClientOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from pipeline.stages.changelog.landing import Landing
+    from pipeline.stages.changelog.report import BatchReport
+
+SEQUENCE = "sequence"
+_ROW_BITS = 32
+
+
+class StreamMissing(StageError):
+    """A configured stream does not exist; names it and where it was looked for."""
+
+
+def client_options_for(aws: AwsSettings) -> ClientOptions:
+    """The pipeline's own clients (not Spark's workers, which get the keys through the environment)."""
+    keys = ((aws.access_key_id.get_secret_value(), aws.secret_access_key.get_secret_value())
+            if aws.access_key_id and aws.secret_access_key else None)
+    return ClientOptions(endpoint_url=aws.endpoint_url or None, region=aws.region, keys=keys)
+
+
+def client_options(cfg: PipelineConfig) -> ClientOptions:
+    settings = cfg.kinesis
+    return replace(client_options_for(cfg.aws), sts_role_arn=settings.sts_role_arn,
+                   sts_session_name=settings.sts_session_name,
+                   sts_endpoint_url=settings.sts_endpoint_url or cfg.aws.endpoint_url or None)
+
+
+def check_streams(cfg: PipelineConfig) -> None:
+    """Fail before a query starts when Kinesis does not answer (KinesisUnavailable) or a stream is missing."""
+    kinesis = Kinesis(client_options(cfg))
+    for stream in cfg.kinesis.streams:
+        try:
+            kinesis.call("describe_stream_summary", StreamName=stream)
+        except kinesis.client.exceptions.ResourceNotFoundException:
+            raise StreamMissing(f"Kinesis stream {stream!r} does not exist at {kinesis.address}: create it, or "
+                                "fix kinesis.streams") from None
+
+
+def source_options(cfg: PipelineConfig, stream: str) -> dict[str, str]:
+    settings, client = cfg.kinesis, client_options(cfg)
+    options = {"streamName": stream, "region": client.region, "startingPosition": settings.starting_position,
+               "maxFetchRecordsPerShard": str(settings.max_fetch_records_per_shard),
+               "getRecords.fetchIntervalMs": str(settings.fetch_interval_ms),
+               "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
+               **{name: value for name, value in (("endpointUrl", client.endpoint_url),
+                                                  ("stsRoleArn", client.sts_role_arn),
+                                                  ("stsSessionName", client.sts_session_name),
+                                                  ("stsEndpointUrl", client.sts_endpoint_url)) if value},
+               **settings.options}
+    return {f"kinesis.{name}": value for name, value in options.items()}
+
+
+def read(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
+    """One `aws-kinesis` stream per configured stream, unioned."""
+    from pipeline.sources.kinesis import register
+
+    register(spark)
+    streams = [spark.readStream.format("aws-kinesis").options(**source_options(cfg, stream)).load()
+               for stream in cfg.kinesis.streams]
+    return functools.reduce(lambda a, b: a.unionByName(b), streams)
+
+
+def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
+    """key, value, topic, partition, offset, timestamp (as the Kafka source has them), and `sequence`."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    def metadata(name: str):
+        return F.get_json_object(F.col("data").cast("string"), f"$.metadata.{name}")
+
+    key_parts = F.split(F.col("partitionKey"), r"\.", 3)
+    from_key = F.when(F.size(key_parts) == 3, F.concat(key_parts[0], F.lit("."), key_parts[1]))
+    table = F.coalesce(F.concat(metadata("schema-name"), F.lit("."), metadata("table-name")), from_key)
+    # KPL user records share their aggregate's sequence number: the bytes settle their order
+    in_shard = Window.partitionBy("shardId").orderBy(F.length("sequenceNumber"), "sequenceNumber", "data")
+    return batch.select(
+        F.col("partitionKey").cast("binary").alias("key"),
+        F.col("data").alias("value"),
+        # no table: `<stream>..`, a NoTableName dead letter (tables/names.py), never a table `<stream>_<stream>`
+        F.concat("streamName", F.lit("."), F.coalesce(table, F.lit("."))).alias("topic"),
+        F.regexp_extract("shardId", r"(\d+)$", 1).cast("int").alias("partition"),
+        (F.lit(batch_id << _ROW_BITS) + F.row_number().over(in_shard)).cast("long").alias("offset"),
+        F.col("approximateArrivalTimestamp").alias("timestamp"),
+        F.col("sequenceNumber").alias(SEQUENCE),
+    )
+
+
+class KinesisTransport:
+    def __init__(self, cfg: PipelineConfig) -> None:
+        if not cfg.kinesis.streams:
+            raise StageError("no Kinesis streams to read: set kinesis.streams (e.g. --set kinesis.streams=moma)")
+        self.cfg = cfg
+
+    def subscription(self) -> dict[str, str | None]:
+        return {"kinesis_streams": ",".join(self.cfg.kinesis.streams)}
+
+    def check(self) -> None:
+        check_streams(self.cfg)
+
+    def outage(self) -> Outage | None:
+        try:
+            check_streams(self.cfg)
+        except KinesisUnavailable as exc:
+            return Outage("kinesis", str(self.cfg.aws.endpoint_url), str(exc))
+        return None
+
+    def open(self, spark: SparkSession) -> DataFrame:
+        return read(spark, self.cfg)
+
+    def trigger(self, until_caught_up: bool) -> dict[str, Any]:
+        return {"processingTime": "0 seconds" if until_caught_up else self.cfg.changelog.trigger_interval}
+
+    def drained(self, query: StreamingQuery) -> bool:
+        """The last trigger asked the source for new records and found none."""
+        status = query.status
+        return (not status["isTriggerActive"] and not status["isDataAvailable"]
+                and status["message"] == "Waiting for data to arrive")
+
+    def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:
+        landing.land(kafka_shaped(batch, report.batch_id), report, registry_frames=False)
+
+    def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
+        landing.land(letters, report, store_dead_letters=False, registry_frames=False)

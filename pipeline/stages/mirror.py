@@ -1,0 +1,210 @@
+"""`pipeline mirror`: changelog tables -> current-state `mirror.<db>_<table>` tables, incrementally.
+
+Each run reads, per table, only the changelog commits after the mirror's watermark, reduces them to the newest
+change per key and MERGEs them (`cdc/merge.py`). The watermark (the last changelog commit merged) is written
+in the same commit as the MERGE, so a crash before the commit leaves the mirror and its watermark as they were,
+and the re-run merges the same changes. Because a change only replaces an older row, merging a change twice
+changes nothing either: re-runs, replays after a lost watermark, and losing concurrent runs are all harmless.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import structlog
+
+from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, truncated
+from pipeline.config.settings import PipelineConfig
+from tables.catalog import keeps_views
+from tables.glue_delta import DeltaGlue
+from tables.lake import STORAGE_PARTITIONED_JOIN, LakeTable, lake_table, session_conf, table_names
+from tables.names import quote
+from tables.views import replace_views, table_views
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger(__name__)
+
+WATERMARK = "pipeline.mirror.changelog-commit"  # commit metadata: the changelog commit merged through
+POSITION = "_seq.source_major"  # the source's commit position (commit LSN, DMS commit time); 0 for snapshots
+# Commit conflicts of optimistic concurrency, by exception class: a concurrent writer won; retrying is safe.
+CONFLICTS = ("ValidationException", "CommitFailedException", "AlreadyExistsException", "ConcurrentAppendException",
+             "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "MetadataChangedException",
+             "ConcurrentTransactionException", "ProtocolChangedException", "DELTA_PATH_EXISTS")
+
+
+class MirrorError(RuntimeError):
+    """The mirror cannot run as configured; the message says what to change."""
+
+
+class MirrorConflict(MirrorError):
+    """Concurrent runs kept winning the commit for a table; nothing was corrupted, run again later."""
+
+
+@dataclass(frozen=True)
+class TableReport:
+    table: str
+    changes: int  # changelog rows read
+    merged: int  # keys merged (one change per key)
+    held_back: int  # rows above the common source position (consistent mode), left for the next run
+    watermark: int | None  # changelog commit merged through
+    seconds: float
+
+    def line(self) -> str:
+        if self.changes == 0:
+            return f"{self.table}: up to date (changelog commit {self.watermark})"
+        held = f", {self.held_back} held back" if self.held_back else ""
+        return (f"{self.table}: {self.changes} changes -> {self.merged} keys merged{held} in {self.seconds:.1f} s "
+                f"({self.changes / max(self.seconds, 1e-9):,.0f} changes/s), watermark {self.watermark}")
+
+
+class MirrorStage:
+    def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
+        self.cfg = cfg
+        self.settings = cfg.mirror
+        # A private session: commit metadata travels in session settings, which must not leak into other work.
+        self.spark = spark.newSession()
+        if cfg.lake.format == "iceberg":
+            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, self.settings.namespace)}")
+
+    def tables(self, requested: Iterable[str] = ()) -> list[str]:
+        """The changelog tables to mirror: the requested ones, else `mirror.tables`, else all but dead letters."""
+        available = [t for t in table_names(self.cfg, self.spark, self.cfg.changelog.namespace)
+                     if t != self.cfg.changelog.dead_letter_table]
+        wanted = list(requested) or self.settings.tables or available
+        missing = sorted(set(wanted) - set(available))
+        if missing:
+            raise MirrorError(f"no changelog table {', '.join(missing)} in namespace {self.cfg.changelog.namespace!r} "
+                              f"(have: {', '.join(available) or 'none'}); run `pipeline changelog` first or fix --tables")
+        return wanted
+
+    def run_once(self, requested: Iterable[str] = ()) -> list[TableReport]:
+        names = self.tables(requested)
+        limit = self.common_position(names) if self.settings.consistent else None
+        reports = []
+        glue = DeltaGlue.enabled(self.cfg, self.spark)
+        for name in names:
+            reports.append(self._merge_with_retries(name, limit))
+            log.info("mirror.table", summary=reports[-1].line())
+            if glue is not None and lake_table(self.cfg, self.spark, self.settings.namespace, name).exists():
+                glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
+        return reports
+
+    def run_every(self, interval_s: float, requested: Iterable[str] = (),
+                  stopping: threading.Event | None = None) -> None:
+        """Merge, then wait out the rest of `interval_s`, until `stopping` is set (SIGTERM)."""
+        stopping = stopping or threading.Event()
+        while not stopping.is_set():
+            started = time.monotonic()
+            self.run_once(requested)
+            stopping.wait(max(0.0, interval_s - (time.monotonic() - started)))
+
+    def common_position(self, names: list[str]) -> int:
+        """The highest source position every table's changelog has reached: merging up to it (and no further)
+        never shows half of a source transaction across the mirrors. A table that stays quiet holds the
+        others back, as with any low watermark; Debezium heartbeats keep quiet tables moving in production."""
+        reached = {}
+        for name in names:
+            row = self._changelog(name).read().selectExpr(f"max({POSITION}) AS position").first()
+            reached[name] = int(row["position"] or 0) if row else 0
+        position = min(reached.values())
+        log.info("mirror.common_position", position=position, reached=reached)
+        return position
+
+    # -- one table -----------------------------------------------------------------------------------
+
+    def _merge_with_retries(self, name: str, limit: int | None) -> TableReport:
+        for attempt in range(1, self.settings.max_attempts + 1):
+            try:
+                return self.merge_table(name, limit)
+            except Exception as exc:  # noqa: BLE001 - only commit conflicts are retried
+                if not any(marker in str(exc) for marker in CONFLICTS):
+                    raise
+                log.warning("mirror.conflict", table=name, attempt=attempt, error=str(exc).splitlines()[0][:200])
+                time.sleep(min(10.0, 0.5 * 2 ** attempt))
+        raise MirrorConflict(f"mirror {name}: a concurrent run committed first {self.settings.max_attempts} times; "
+                             "the table is intact; run again (or raise mirror.max_attempts)")
+
+    def merge_table(self, name: str, limit: int | None = None) -> TableReport:
+        started = time.perf_counter()
+        source, target = self._changelog(name), lake_table(self.cfg, self.spark, self.settings.namespace, name)
+        keys = table_keys(self.cfg, name, source)
+        through = source.commit_id()
+        after = watermark(target)
+        if through is None or after == through:
+            return TableReport(name, 0, 0, 0, after, time.perf_counter() - started)
+        landed = source.read_appended(after, through)
+        held_back = landed.where(f"{POSITION} > {limit}").count() if limit is not None else 0
+        changes = landed.where(f"{POSITION} <= {limit}") if limit is not None else landed
+        # One pass over the new rows: reduce, and materialise the result once for the count and the MERGE
+        # (a lost executor fails the run, and a re-run is safe).
+        reduced = latest_per_key(changes, keys, count_as="_changes").localCheckpoint()
+        totals = reduced.selectExpr("count(*) AS merged", "coalesce(sum(_changes), 0) AS changes").first()
+        merged, count = int(totals["merged"]), int(totals["changes"])  # type: ignore[index]
+        reduced = reduced.drop("_changes")
+        # A truncate reads the mirror's live rows: it deletes those older than it.
+        applied = truncated(reduced, keys, target.read() if target.exists() else None)
+        reduced = reduced if applied is reduced else applied.localCheckpoint()
+        # Held-back rows must be read again: the watermark only moves past commits merged in full.
+        merged_through = after if held_back else through
+        if merged:
+            if self._prepare(target, reduced.drop(UNCHANGED), name):
+                self._replace_views(name, keys, source)
+            metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
+            with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):
+                target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
+        return TableReport(name, count, merged, held_back, merged_through, time.perf_counter() - started)
+
+    def _changelog(self, name: str) -> LakeTable:
+        return lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
+
+    def _prepare(self, target: LakeTable, reduced: DataFrame, name: str) -> bool:
+        """Create the mirror on first sight, and add the columns the source gained since the last run;
+        True when the table's shape changed (so its views must be replaced)."""
+        if not target.exists():
+            target.create(reduced, self.settings.partition_fields(name), self.settings.write_mode)
+            return True
+        present = {f.name for f in target.fields()}
+        new = [f for f in reduced.schema.fields if f.name not in present]
+        if new:
+            target.add_columns(new)
+            log.info("mirror.columns_added", table=target.ref, columns=[f.name for f in new])
+        return bool(new)
+
+    def _replace_views(self, name: str, keys: list[str], source: LakeTable) -> None:
+        """The table's views, in catalogs that keep views (Delta path tables get theirs per query session)."""
+        if self.cfg.lake.format != "iceberg" or not keeps_views(self.cfg.catalog):
+            return
+        columns = [f.name for f in source.fields()]
+        replace_views(self.spark, self.cfg.catalog.name, table_views(self.cfg, name, keys, columns))
+
+
+def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
+    """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
+    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
+    bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
+    return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
+
+
+def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
+    """The key columns of `name` (`mirror.keys.<name>`), checked against the table's columns."""
+    keys = cfg.mirror.key_columns(name)
+    if not keys:
+        raise MirrorError(f"table {name} has no key columns: set mirror.keys.{name} = '<column>[,<column>…]' "
+                          f"(e.g. --set mirror.keys.{name}=id)")
+    columns = {f.name for f in table.fields()}
+    unknown = [k for k in keys if k not in columns]
+    if unknown:
+        raise MirrorError(f"mirror.keys.{name} names {', '.join(unknown)}, which {table.ref} does not have "
+                          f"(columns: {', '.join(sorted(c for c in columns if not c.startswith('_')))})")
+    return keys
+
+
+def watermark(mirror: LakeTable) -> int | None:
+    """The changelog commit a mirror has merged through; None before its first merge."""
+    found = mirror.commit_metadata(WATERMARK) if mirror.exists() else None
+    return int(found[1]) if found else None
