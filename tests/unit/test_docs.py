@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from pipeline.cli.main import build_parser
+from pipeline.cli.parser import build_parser
 from pipeline.config.settings import PipelineConfig, StackSettings
 from tests.conftest import REPO
 

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql.types import StructType
 
 from cdc.merge import merge_clauses, merge_sql
-from pipeline.cli.main import _interval
+from pipeline.cli.parser import _interval
 from pipeline.stages.mirror import merge_join_conf
 from pipeline.ops.timetravel import QueryError, as_of_sql, parse_key
 from tables.lake import STORAGE_PARTITIONED_JOIN, key_predicate

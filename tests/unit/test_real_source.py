@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli.main import _stack, build_parser
+from pipeline.cli.commands import _stack
+from pipeline.cli.parser import build_parser
 from pipeline.config.settings import ConfigError, load_config
 from pipeline.runtime.jvm import SetupError
 from pipeline.stack.connect_api import ConnectApi, ConnectorError

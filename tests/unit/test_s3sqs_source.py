@@ -114,7 +114,8 @@ def test_tracker_plans_batches_holds_the_rest_and_forgets_old_files(tmp_path: Pa
 
 @pytest.mark.parametrize(("to", "fmt"), [("s3", "debezium"), ("kafka", "dms-parquet")])
 def test_simulate_pairs_s3_with_the_dms_file_formats(to: str, fmt: str, capsys) -> None:
-    from pipeline.cli.main import EXIT_USAGE, main
+    from pipeline.cli.commands import EXIT_USAGE
+    from pipeline.cli.main import main
 
     assert main(["simulate", "--to", to, "--format", fmt, "--events", "1"]) == EXIT_USAGE
     assert "--to s3 goes with --format dms-csv or dms-parquet" in capsys.readouterr().err

@@ -159,7 +159,8 @@ def test_session_logs_to_a_file_and_only_errors_to_the_console(tmp_path: Path) -
 
 
 def test_verbose_and_debug_bring_the_console_back(tmp_path: Path) -> None:
-    from pipeline.cli.main import _console_level, build_parser
+    from pipeline.cli.main import _console_level
+    from pipeline.cli.parser import build_parser
     from pipeline.runtime.spark import log_config
 
     cfg = _cfg(tmp_path)
