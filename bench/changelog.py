@@ -33,7 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import kafka, logs  # noqa: E402
+from pipeline.config import kafka  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from cdc.framing import Framing  # noqa: E402
 from pipeline.stages.changelog import ChangelogStage  # noqa: E402
 from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402

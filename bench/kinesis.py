@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.stack import SETTINGS  # noqa: E402
-from pipeline import logs  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.stages.changelog import ChangelogStage  # noqa: E402
 from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.stages.changelog.transports.kinesis import client_options_for  # noqa: E402

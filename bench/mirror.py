@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cdc.merge import latest_per_key  # noqa: E402
-from pipeline import logs  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.config.settings import load_config  # noqa: E402
 from pipeline.stages.mirror import MirrorStage  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402

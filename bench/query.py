@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.mirror import PARTITION_BY, TABLE, changes  # noqa: E402
-from pipeline import logs, timetravel  # noqa: E402
+from pipeline.ops import timetravel  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.config.settings import load_config  # noqa: E402
 from pipeline.stages.mirror import MirrorStage  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402

@@ -40,7 +40,7 @@ import boto3  # noqa: E402
 from botocore.config import Config  # noqa: E402
 
 from bench.stack import SETTINGS  # noqa: E402
-from pipeline import logs  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.sources import register  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402

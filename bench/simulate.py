@@ -23,7 +23,7 @@ import fastavro
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import logs  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.config.settings import load_config  # noqa: E402
 from registry.avro import avro_schema  # noqa: E402
 from registry.ccompat import ConfluentCompatClient  # noqa: E402
