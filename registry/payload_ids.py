@@ -80,9 +80,11 @@ class ApicurioIds:
         kind, shows = choose(wire_id.value, readings, in_subject, self._topic_kinds.get(topic))
         if kind is None:
             return None
+        settled = shows and topic not in self._topic_kinds  # said once a topic, at INFO; each id at DEBUG
         if shows:
             self._topic_kinds[topic] = kind
-        log.info("registry.payload_id", topic=topic, schema_id=wire_id.value, kind=kind, in_subject=kind in in_subject)
+        (log.info if settled else log.debug)("registry.payload_id", topic=topic, schema_id=wire_id.value, kind=kind,
+                                             in_subject=kind in in_subject)
         return readings[kind]
 
     def read_as(self) -> str:
