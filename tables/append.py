@@ -9,8 +9,9 @@ Tables are created on first sight (partitioned by the day of `_source_ts` when a
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol
 
 from tables.names import quote, sql_string
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 COMMIT_PROPERTY = "pipeline.commit"
+BATCH_STARTED = "pipeline.batch-started"  # epoch ms: with the commit time, how long the batch took
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,8 @@ class Appended:
 
 class Appender(Protocol):
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
-               partition_by_source_time: bool = True) -> Appended: ...
+               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
+        """`properties` go into the commit (Iceberg snapshot summary; Delta `userMetadata`, as JSON)."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class IcebergAppender:
     namespace: str  # <catalog>.<namespace> (each a plain identifier: the configuration checks them)
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
-               partition_by_source_time: bool = True) -> Appended:
+               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
         """The rows are written as they come, without a shuffle: fanout writers take any mix of partitions
         (a batch spans few source days), and the row count is observed on the write, not queried after it."""
         from pyspark.sql import Observation
@@ -59,9 +62,11 @@ class IcebergAppender:
         else:
             rows = _in_table_order(rows, self.spark.table(table).schema)
         written = Observation(f"rows {table} {tag}")
-        (rows.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
-         .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true")
-         .option(f"snapshot-property.{COMMIT_PROPERTY}", tag).append())
+        writer = (rows.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
+                  .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true"))
+        for key, value in {**(properties or {}), COMMIT_PROPERTY: tag}.items():
+            writer = writer.option(f"snapshot-property.{key}", value)
+        writer.append()
         return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
 
     def _committed(self, table: str, tag: str) -> bool:
@@ -88,7 +93,7 @@ class DeltaAppender:
     root: str  # <lake.delta_root>/<namespace>; each table is a folder below it
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
-               partition_by_source_time: bool = True) -> Appended:
+               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
         """Path tables (the session's default catalog is the Iceberg one); Delta partitions by a column,
         so a `_source_date` column carries the day of `_source_ts`."""
         from delta.tables import DeltaTable
@@ -101,6 +106,8 @@ class DeltaAppender:
             rows = rows.withColumn("_source_date", F.to_date("_source_ts"))
         writer = (rows.write.format("delta").mode("append").option("mergeSchema", "true")
                   .option("txnAppId", writer_id).option("txnVersion", str(batch_id)))
+        if properties:
+            writer = writer.option("userMetadata", json.dumps(dict(properties)))
         if partition_by_source_time and not exists:
             writer = writer.partitionBy("_source_date")
         writer.save(path)

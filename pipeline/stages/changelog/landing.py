@@ -38,7 +38,7 @@ from pipeline.stages.changelog.report import BatchReport
 from pipeline.config.settings import PipelineConfig
 from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
-from tables.append import Appended, Appender, DeltaAppender, IcebergAppender
+from tables.append import BATCH_STARTED, Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
 from tables.names import UnmappableName, lake_table_name
 
@@ -329,7 +329,8 @@ class Landing:
 
         batch_id = report.batch_id
         rows = rows.withColumns({"_ingested_at": F.current_timestamp(), "_batch_id": F.lit(batch_id).cast("long")})
-        done = self.appender.append(rows, name, report.writer, batch_id, partition_by_source_time)
+        done = self.appender.append(rows, name, report.writer, batch_id, partition_by_source_time,
+                                    {BATCH_STARTED: str(report.started_ms)})
         if done.skipped:
             report.skipped.append(done.table)
         elif done.rows:

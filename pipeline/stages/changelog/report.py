@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from pipeline.config.settings import DeadLetterSettings
@@ -23,6 +24,7 @@ class BatchReport:
     seconds: float = 0.0  # how long the batch took to land
     one_pass: dict[str, int] = field(default_factory=dict)  # topic -> rows appended as they were read
     planned: list[str] = field(default_factory=list)  # topics (or what one pass left) landed the planned way
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # wall clock, epoch ms
 
     @property
     def rows_per_s(self) -> int:
