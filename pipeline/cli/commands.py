@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_MISMATCH = 3  # verify: the lake differs from the truth
+EXIT_STALE = 4  # status: a table is past status.max_lag
 EXIT_RETRY_LATER = 75  # EX_TEMPFAIL: a concurrent run kept winning; schedulers retry
 
 
@@ -287,6 +288,18 @@ def cmd_sql_server(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 def cmd_config(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     print(cfg.model_dump_json(indent=2))  # SecretStr fields print as '**********'
     return EXIT_OK
+
+
+def cmd_status(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.ops.status import collect
+    from pipeline.ops.status.render import as_html, as_json, as_text
+
+    status = collect(cfg)
+    print(as_json(status) if args.json else as_text(status))
+    if args.html:
+        args.html.write_text(as_html(status))
+        print(f"wrote {args.html}", file=sys.stderr)
+    return EXIT_STALE if status.stale else EXIT_OK
 
 
 def _split(values: str | None) -> list[str]:

@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     sql_server.add_argument("--port", type=int, default=10000, help="the HiveServer2 port")
     sql_server.set_defaults(handler=commands.cmd_sql_server)
 
+    status = subcommands.add_parser("status", help="how far behind each table is: changelog, transport lag, mirror "
+                                    "watermark, dead letters, last compaction (exit 4 past status.max_lag)")
+    status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    status.add_argument("--html", type=Path, metavar="FILE", help="also write one self-contained page with a lag "
+                        "chart per table")
+    status.set_defaults(handler=commands.cmd_status)
+
     config = subcommands.add_parser("config", help="print the effective configuration (secrets masked)")
     config.set_defaults(handler=commands.cmd_config)
     return parser

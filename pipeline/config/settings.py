@@ -369,6 +369,14 @@ class MaintenanceSettings(_Section):
     target_file_mb: int = Field(128, ge=1, description="compaction's target data file size")
 
 
+class StatusSettings(_Section):
+    """`pipeline status`: the freshness bound it reports against (and exits non-zero past)."""
+
+    max_lag: float | None = Field(None, gt=0, description="seconds a table may lag (its oldest change not yet in "
+                                  "the changelog, or not yet merged into the mirror) before `status` exits 4; "
+                                  "unset: report only")
+
+
 class PipelineConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -386,6 +394,7 @@ class PipelineConfig(BaseModel):
     dms_files: DmsFileSettings = DmsFileSettings()
     mirror: MirrorSettings = MirrorSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    status: StatusSettings = StatusSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -54,8 +54,8 @@ def batch_ranges(spark: SparkSession, checkpoint: str, batch_id: int) -> list[To
 
 def ranges_in(read: Callable[[str], str | None], batch_id: int) -> list[TopicRange]:
     """`batch_ranges` over `read`, which gives a checkpoint file's text by its path in the checkpoint."""
-    end = _offsets(read(f"offsets/{batch_id}"), f"offsets/{batch_id}")
-    start = _offsets(read(f"offsets/{batch_id - 1}"), f"offsets/{batch_id - 1}") if batch_id else _initial(read)
+    end = end_offsets(read, batch_id)
+    start = end_offsets(read, batch_id - 1) if batch_id else _initial(read)
     found = []
     for topic, partitions in sorted(end.items()):
         since = start.get(topic, {})
@@ -63,6 +63,11 @@ def ranges_in(read: Callable[[str], str | None], batch_id: int) -> list[TopicRan
         if ranges:
             found.append(TopicRange(topic, ranges))
     return found
+
+
+def end_offsets(read: Callable[[str], str | None], batch_id: int) -> dict[str, dict[int, int]]:
+    """Topic -> partition -> the offset batch `batch_id` reads up to (exclusive), from the query's offset log."""
+    return _offsets(read(f"offsets/{batch_id}"), f"offsets/{batch_id}")
 
 
 def _offsets(text: str | None, name: str) -> dict[str, dict[int, int]]:

@@ -1,0 +1,74 @@
+"""Gather one `LakeStatus`: the lake's facts table by table, joined with the transport's lag."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from pipeline.config.kafka import KafkaUnavailable
+from pipeline.ops.status.lake import (
+    DeltaLake,
+    IcebergLake,
+    changelog_history,
+    dead_letters_by_table,
+    last_compaction,
+    mirror_state,
+)
+from pipeline.ops.status.model import LakeStatus, SourceLag, TableStatus
+from pipeline.ops.status.transport import source_lags
+from tables.names import UnmappableName, topic_table_name
+
+if TYPE_CHECKING:
+    from pipeline.config.settings import PipelineConfig
+
+
+def collect(cfg: PipelineConfig, now: datetime | None = None) -> LakeStatus:
+    """Every changelog table's status. Iceberg needs no Spark session; Delta starts one."""
+    now = now or datetime.now(UTC)
+    if cfg.lake.format == "delta":
+        from pipeline.runtime.spark import get_spark
+
+        lake: IcebergLake | DeltaLake = DeltaLake(cfg, get_spark(cfg))
+    else:
+        lake = IcebergLake(cfg)
+    changelog_ns, mirror_ns = cfg.changelog.namespace, cfg.mirror.namespace
+    dead = dead_letters_by_table(lake.dead_letters(changelog_ns, cfg.changelog.dead_letter_table))
+    unreachable: list[str] = []
+    try:
+        sources = source_lags(cfg)
+    except KafkaUnavailable as exc:  # the lake's own facts still answer
+        sources, unreachable = [], [str(exc)]
+    tables = []
+    for name in lake.names(changelog_ns):
+        if name == cfg.changelog.dead_letter_table:
+            continue
+        changelog = lake.facts(changelog_ns, name)
+        if changelog is None:
+            continue
+        mirror = lake.facts(mirror_ns, name)
+        history = changelog_history(changelog)
+        last = history[-1] if history else None
+        tables.append(TableStatus(
+            table=name, changelog_rows=changelog.rows,
+            last_batch_at=last.at if last else None, last_batch_rows=last.rows if last else 0,
+            last_batch_rate=last.rows / last.seconds if last and last.seconds else None, history=history,
+            transport=_transport_of(name, sources), mirror=mirror_state(changelog, mirror, now),
+            dead_letters=dead.get(name, {}), last_maintenance=last_compaction(changelog, mirror)))
+    return LakeStatus(now, tables, sources, cfg.status.max_lag, unreachable)
+
+
+def _transport_of(table: str, sources: list[SourceLag]) -> SourceLag | None:
+    """The lag that reaches a table: its Kafka topic's (a topic lands in the table its name gives), or the one
+    stream's or queue's that every table of the stage shares; with several topics of one table, the oldest."""
+    def lands_here(source: SourceLag) -> bool:
+        if source.transport != "kafka":
+            return True
+        try:
+            return topic_table_name(source.source) == table
+        except UnmappableName:
+            return False
+
+    mine = [s for s in sources if lands_here(s)]
+    if not mine:
+        return None
+    return max(mine, key=lambda s: (s.seconds is not None, s.seconds or 0.0))
