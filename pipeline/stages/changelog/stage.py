@@ -24,6 +24,7 @@ from pipeline.stages.changelog.landing import Landing
 from pipeline.stages.changelog.report import BatchReport
 from pipeline.stages.changelog.transports import transport_for
 from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.hadoop_files import read_text, write_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -122,13 +123,11 @@ class ChangelogStage:
         settings = self.cfg.changelog
         path = f"{settings.checkpoint}/pipeline-changelog"
         mine = {**self.transport.subscription(), "target": self.landing.target}
-        jvm = self.spark.sparkContext._jvm
-        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)  # type: ignore[union-attr]
-        if not hadoop_path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).exists(hadoop_path):
-            # a new checkpoint, or one from before the stage recorded what it is for
-            self.spark.createDataFrame([(json.dumps(mine),)], "value string").coalesce(1).write.text(path)
+        text = read_text(self.spark, path)
+        if text is None:  # a new checkpoint, or one from before the stage recorded what it is for
+            write_text(self.spark, path, json.dumps(mine))
             return
-        found = json.loads(self.spark.read.text(path).first()["value"])  # type: ignore[index]
+        found = json.loads(text)
         if found != mine:
             raise StageError(f"the checkpoint {settings.checkpoint} belongs to a changelog stage with {found}, "
                              f"but this one has {mine}: give this configuration its own changelog.checkpoint, "

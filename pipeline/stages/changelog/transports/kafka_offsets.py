@@ -7,7 +7,8 @@ own source starts it. So the topics a batch holds, and each topic's exact offset
 record is read, and each topic's records are read by a batch query over just those ranges: a batch of ten topics
 reads each record once, where filtering the streaming batch by topic would read all ten topics ten times.
 
-The logs are read through Hadoop's file system, so checkpoints on S3 work as local ones do.
+The logs are read through Hadoop's file system (`pipeline/runtime/hadoop_files.py`), so checkpoints on S3 work as
+local ones do.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 from pipeline.config import kafka
 from pipeline.config.settings import KafkaSettings
+from pipeline.runtime.hadoop_files import read_text
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,7 +51,7 @@ class TopicRange:
 
 def batch_ranges(spark: SparkSession, checkpoint: str, batch_id: int) -> list[TopicRange]:
     """The topics with records in batch `batch_id` of the Kafka query checkpointed at `checkpoint`, by name."""
-    return ranges_in(lambda path: _read(spark, f"{checkpoint}/{path}"), batch_id)
+    return ranges_in(lambda path: read_text(spark, f"{checkpoint}/{path}"), batch_id)
 
 
 def ranges_in(read: Callable[[str], str | None], batch_id: int) -> list[TopicRange]:
@@ -86,17 +88,3 @@ def _initial(read: Callable[[str], str | None]) -> dict[str, dict[int, int]]:
 
 def _parsed(line: str) -> dict[str, dict[int, int]]:
     return {topic: {int(p): int(o) for p, o in partitions.items()} for topic, partitions in json.loads(line).items()}
-
-
-def _read(spark: SparkSession, location: str) -> str | None:
-    """A small file's text through Hadoop's file system, or None when there is none."""
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(location)  # type: ignore[union-attr]
-    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
-    if not fs.exists(path):
-        return None
-    stream = fs.open(path)
-    try:
-        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")  # type: ignore[union-attr]
-    finally:
-        stream.close()
