@@ -116,9 +116,23 @@ class SchemaResolver:
         return (f"{wire_id.describe()} is not in {where}, asked again after {self.retry_s:g} s: the producer "
                 "registered its schema in another registry, or it was deleted")
 
+    def readers(self, topic: str, writers: Iterable[str]) -> dict[str, str]:
+        """`reader` for each writer text, asking the registry once a subject (a topic's writers of one record
+        name share it: eight ids of two versions asked for the latest eight times)."""
+        latest: dict[str, str] = {}
+        found = {}
+        for writer in writers:
+            subject = subject_name(self.strategy, topic, avro_schema(writer).full_name)
+            if subject not in latest:
+                latest[subject] = self._latest(topic, subject)
+            found[writer] = latest[subject]
+        return found
+
     def reader(self, topic: str, writer: str) -> str:
         """The latest version of the value subject `writer` belongs to (by the configured naming strategy)."""
-        subject = subject_name(self.strategy, topic, avro_schema(writer).full_name)
+        return self._latest(topic, subject_name(self.strategy, topic, avro_schema(writer).full_name))
+
+    def _latest(self, topic: str, subject: str) -> str:
         try:
             return self.latest_text(subject)
         except RegistryError as exc:

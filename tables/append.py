@@ -44,29 +44,37 @@ class IcebergAppender:
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
         """The rows are written as they come, without a shuffle: fanout writers take any mix of partitions
-        (a batch spans few source days), and the row count is observed on the write, not queried after it."""
+        (a batch spans few source days), and the row count is observed on the write, not queried after it.
+        A new table is created by the write itself (create-as-select, one commit): creating it empty first
+        cost two seconds a table, more than writing a batch to it."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
         from pyspark.sql.functions import partitioning
 
         table, tag = quote(*self.namespace.split("."), name), f"{writer_id}:{batch_id}"
-        if not self.spark.catalog.tableExists(table):
-            # from the schema alone: running the rows' plan would use up observations made on it
-            create = (self.spark.createDataFrame([], rows.schema).writeTo(table).using("iceberg")
-                      .tableProperty("write.spark.accept-any-schema", "true").tableProperty("format-version", "2"))
-            if partition_by_source_time:
-                create = create.partitionedBy(partitioning.days("_source_ts"))
-            create.create()
-        elif self._committed(table, tag):
+        exists = self.spark.catalog.tableExists(table)
+        if exists and self._committed(table, tag):
             return Appended(f"{self.namespace}.{name}", 0, skipped=True)
-        else:
-            rows = _in_table_order(rows, self.spark.table(table).schema)
         written = Observation(f"rows {table} {tag}")
-        writer = (rows.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
+        ordered = _in_table_order(rows, self.spark.table(table).schema) if exists else rows
+        writer = (ordered.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
                   .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true"))
         for key, value in {**(properties or {}), COMMIT_PROPERTY: tag}.items():
             writer = writer.option(f"snapshot-property.{key}", value)
-        writer.append()
+        if exists:
+            writer.append()
+        else:
+            create = (writer.using("iceberg").tableProperty("write.spark.accept-any-schema", "true")
+                      .tableProperty("format-version", "2"))
+            if partition_by_source_time:
+                create = create.partitionedBy(partitioning.days("_source_ts"))
+            try:
+                create.create()
+            except Exception:
+                if not self.spark.catalog.tableExists(table):
+                    raise
+                # another writer created the table meanwhile: append to it (or skip, if it holds this batch)
+                return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties)
         return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
 
     def _committed(self, table: str, tag: str) -> bool:

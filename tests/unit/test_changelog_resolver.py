@@ -67,3 +67,17 @@ def test_a_topic_without_its_subject_says_what_to_do() -> None:
     with pytest.raises(SubjectNotFound, match="subject hr.public.employee-value has no schema at fake registry: "
                                               "register it"):
         _resolver(subjects={}).reader("hr.public.employee", WRITER)
+
+
+def test_the_readers_of_a_topics_writers_ask_once_a_subject() -> None:
+    asked: list[str] = []
+    other = json.dumps({**json.loads(WRITER), "fields": [{"name": "op", "type": "string"},
+                                                         {"name": "ts_ms", "type": ["null", "long"]}]})
+
+    def latest(subject: str) -> str:
+        asked.append(subject)
+        return "latest"
+
+    resolver = SchemaResolver(FakeRegistry(), SubjectStrategy.TOPIC, latest, retry_s=0)  # type: ignore[arg-type]
+    assert resolver.readers("hr.public.employee", [WRITER, other]) == {WRITER: "latest", other: "latest"}
+    assert asked == ["hr.public.employee-value"]

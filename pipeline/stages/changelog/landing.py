@@ -43,7 +43,7 @@ from tables.glue_delta import DeltaGlue
 from tables.names import UnmappableName, lake_table_name
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 CARRIED = ("headers",)  # Kafka headers (registry ids may travel there): kept with a dead letter, for its replay
 
@@ -113,15 +113,22 @@ class Landing:
 
     def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:
         """The rows with their writer schema id, whether the body is compressed, and their kind (`cdc.framing`)."""
-        from pyspark.sql import functions as F
 
-        schema_id, compressed = self.framing.schema_id("headers" in batch.columns), self.framing.compressed()
-        if not registry_frames:  # DMS JSON only: no registry frames, no registry lookups
-            schema_id, compressed = F.lit(None).cast("string"), F.lit(False)
+        schema_id, compressed, kind = self._frame_columns("headers" in batch.columns, registry_frames)
         transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            schema_id.alias("schema_id"), compressed.alias("compressed"))
-        return raw.withColumn("kind", framing.kind(F.col("schema_id")))
+        return raw.withColumn("kind", kind)
+
+    @functools.cache  # noqa: B019 - one Landing a stage; the columns are the same for every topic and batch
+    def _frame_columns(self, headers: bool, registry_frames: bool) -> tuple[Column, Column, Column]:
+        """The schema id, compressed and kind expressions (built over py4j call by call: a quarter of a second
+        a topic when built anew for each)."""
+        from pyspark.sql import functions as F
+
+        if not registry_frames:  # DMS JSON only: no registry frames, no registry lookups
+            return F.lit(None).cast("string"), F.lit(False), framing.kind(F.col("schema_id"))
+        return self.framing.schema_id(headers), self.framing.compressed(), framing.kind(F.col("schema_id"))
 
     def _one_pass(self, raw: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
         """One topic's records (`_classified`) decoded and appended as they are read, with no pass to plan
@@ -240,11 +247,12 @@ class Landing:
         grouped by (error class, reason)."""
         unresolved: dict[tuple[str, str], list[str]] = {}
         by_reader: dict[str, dict[str, str]] = {}
+        readers = self.resolver.readers(topic, {w for w in writers.values() if not isinstance(w, UnresolvedSchemaId)})
         for schema_id, writer in writers.items():
             if isinstance(writer, UnresolvedSchemaId):
                 unresolved.setdefault((writer.error_class, str(writer)), []).append(schema_id)
             else:
-                by_reader.setdefault(self.resolver.reader(topic, writer), {})[schema_id] = writer
+                by_reader.setdefault(readers[writer], {})[schema_id] = writer
         return by_reader, unresolved
 
     def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
