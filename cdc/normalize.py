@@ -59,7 +59,14 @@ def detect_format(writer_schema: dict) -> str:
 def normalize(decoded: DataFrame, fmt: str, db: str, reader: str | None = None) -> DataFrame:
     """The canonical change record for one format; `db` names the source database (from the topic), `reader`
     is the reader schema's text (Avro formats), whose annotations type the row columns."""
-    image, row_type, meta = FORMATS[fmt](decoded, db, fmt)
+    return decoded.select(*_normalized(fmt, db, reader, decoded.schema))
+
+
+@functools.lru_cache(maxsize=256)
+def _normalized(fmt: str, db: str, reader: str | None, schema: StructType) -> tuple[Column, ...]:
+    """`normalize`'s columns, built once for each shape of input: built over py4j call by call, they took a
+    quarter of a second a topic and batch."""
+    image, row_type, meta = FORMATS[fmt](schema, db, fmt)
     semantics = _semantics(fmt, reader)
     placeholders = _placeholders(image, row_type, fmt)
     row = []
@@ -70,7 +77,7 @@ def normalize(decoded: DataFrame, fmt: str, db: str, reader: str | None = None) 
     toasted = [F.when(found, F.lit(name)) for name, found in placeholders.items()]
     unchanged = F.array_compact(F.array(*toasted)) if toasted else F.array().cast("array<string>")
     seq_major, seq_minor = meta.pop("_seq_major"), meta.pop("_seq_minor")
-    return decoded.select(
+    return (
         *row,
         meta["_op"].alias("_op"),
         meta["_deleted"].alias("_is_deleted"),  # Iceberg reserves `_deleted` for a metadata column
@@ -80,8 +87,8 @@ def normalize(decoded: DataFrame, fmt: str, db: str, reader: str | None = None) 
                  ).alias("_seq"),
         meta["_source"].alias("_source"),
         F.struct(F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
-                 _file(decoded).alias("file"),
-                 *[F.col(name) for name in TRANSPORT_EXTRAS if name in decoded.columns]).alias("_transport"),
+                 _file(schema).alias("file"),
+                 *[F.col(name) for name in TRANSPORT_EXTRAS if name in schema.fieldNames()]).alias("_transport"),
         F.col("schema_id").cast("string").alias("_schema_id"),
         unchanged.alias("_unchanged"),
     )
@@ -91,7 +98,13 @@ def rejections(decoded: DataFrame, fmt: str, reader: str | None, keys: list[str]
     """Decoded rows that must not land, as (condition, error class, message): a TOAST placeholder in a key
     column (`keys`: the table's configured key), and a VariableScaleDecimal too large for decimal(38, 18).
     Each condition is false, never null."""
-    image, row_type, _ = FORMATS[fmt](decoded, "", fmt)
+    return list(_rejections(fmt, reader, tuple(keys), decoded.schema))
+
+
+@functools.lru_cache(maxsize=256)
+def _rejections(fmt: str, reader: str | None, keys: tuple[str, ...], schema: StructType
+                ) -> tuple[tuple[Column, str, str], ...]:
+    image, row_type, _ = FORMATS[fmt](schema, "", fmt)
     found = [(F.coalesce(condition, F.lit(False)), "ToastPlaceholderInKey",
               f"key column {name} holds Debezium's unavailable-value placeholder, so the row's key is unknown: "
               f"give the table REPLICA IDENTITY FULL (or a key that is never TOASTed) and replay this record")
@@ -102,7 +115,7 @@ def rejections(decoded: DataFrame, fmt: str, reader: str | None, keys: list[str]
             found.append((F.coalesce(condition, F.lit(False)), "DecimalOverflow",
                           f"column {name} (io.debezium.data.VariableScaleDecimal) does not fit decimal(38, 18): "
                           "set the connector's decimal.handling.mode=string, or give the column a precision"))
-    return found
+    return tuple(found)
 
 
 def any_rejection(found: list[tuple[Column, str, str]]) -> Column:
@@ -124,9 +137,9 @@ def _placeholders(image: Column, row_type: StructType, fmt: str) -> dict[str, Co
     return {name: condition for name, condition in found.items() if condition is not None}
 
 
-def _file(decoded: DataFrame) -> Column:
+def _file(schema: StructType) -> Column:
     """The file a change came in (S3 file sources carry a `file` column; message transports have none)."""
-    return F.col("file") if "file" in decoded.columns else F.lit(None).cast("string")
+    return F.col("file") if "file" in schema.fieldNames() else F.lit(None).cast("string")
 
 
 def _source(fmt: str, connector: Column, db: Column, schema: Column, table: Column, tx_id: Column,
@@ -135,10 +148,10 @@ def _source(fmt: str, connector: Column, db: Column, schema: Column, table: Colu
                     table.alias("table"), tx_id.cast("string").alias("tx_id"), snapshot.alias("snapshot"))
 
 
-def _row_type(decoded: DataFrame, path: str, exclude: tuple[str, ...] = ()) -> StructType:
+def _row_type(schema: StructType, path: str, exclude: tuple[str, ...] = ()) -> StructType:
     from pyspark.sql.types import StructType
 
-    struct = decoded.schema["v"].dataType
+    struct = schema["v"].dataType
     for part in path.split(".")[1:]:
         struct = struct[part].dataType  # type: ignore[index]
     return StructType([f for f in struct.fields if f.name not in exclude])  # type: ignore[attr-defined]
@@ -147,7 +160,7 @@ def _row_type(decoded: DataFrame, path: str, exclude: tuple[str, ...] = ()) -> S
 Parts = tuple[Column, "StructType", dict[str, Column]]  # the row image, its columns, the metadata columns
 
 
-def _debezium(decoded: DataFrame, db: str, fmt: str) -> Parts:
+def _debezium(schema: StructType, db: str, fmt: str) -> Parts:
     v = F.col("v")
     image = F.coalesce(v["after"], v["before"])
     last_commit_lsn, event_lsn = debezium_sequence(v["source"]["sequence"])
@@ -162,7 +175,7 @@ def _debezium(decoded: DataFrame, db: str, fmt: str) -> Parts:
         "_source": _source(fmt, v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
                            v["source"]["table"], v["source"]["txId"], snapshot),
     }
-    return image, _row_type(decoded, "v.after"), meta
+    return image, _row_type(schema, "v.after"), meta
 
 
 def debezium_sequence(sequence: Column) -> tuple[Column, Column]:
@@ -174,7 +187,7 @@ def debezium_sequence(sequence: Column) -> tuple[Column, Column]:
     return first, last
 
 
-def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> Parts:
+def _unwrapped(schema: StructType, db: str, fmt: str) -> Parts:
     v = F.col("v")
     snapshot = v["__op"] == "r"
     meta = {
@@ -186,10 +199,10 @@ def _unwrapped(decoded: DataFrame, db: str, fmt: str) -> Parts:
         "_source": _source(fmt, F.lit("debezium"), v["__db"], v["__schema"], v["__table"],
                            F.lit(None), snapshot),
     }
-    return v, _row_type(decoded, "v", exclude=UNWRAPPED_FIELDS), meta
+    return v, _row_type(schema, "v", exclude=UNWRAPPED_FIELDS), meta
 
 
-def _dms(decoded: DataFrame, db: str, fmt: str) -> Parts:
+def _dms(schema: StructType, db: str, fmt: str) -> Parts:
     v, meta_in = F.col("v"), F.col("v")["metadata"]
     op = F.coalesce(*[F.when(meta_in["operation"] == dms, F.lit(canonical)) for dms, canonical in DMS_OPS.items()])
     source_ts = F.to_timestamp(meta_in["timestamp"])
@@ -203,7 +216,7 @@ def _dms(decoded: DataFrame, db: str, fmt: str) -> Parts:
         "_source": _source(fmt, F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
                            meta_in["transaction_id"], snapshot),
     }
-    return v["data"], _row_type(decoded, "v.data"), meta
+    return v["data"], _row_type(schema, "v.data"), meta
 
 
 FORMATS = {"debezium": _debezium, "debezium-unwrapped": _unwrapped, "dms": _dms, "dms-json": _dms, "dms-csv": _dms,
