@@ -64,15 +64,21 @@ def check_streams(cfg: PipelineConfig) -> None:
 
 
 def source_options(cfg: PipelineConfig, stream: str) -> dict[str, str]:
+    """The stream's `aws-kinesis` options; the metadata committer's files go to the stage's checkpoint by default
+    (the seed's default; the source itself is not told the checkpoint), through `aws.endpoint_url`."""
     settings, client = cfg.kinesis, client_options(cfg)
     options = {"streamName": stream, "region": client.region, "startingPosition": settings.starting_position,
                "maxFetchRecordsPerShard": str(settings.max_fetch_records_per_shard),
                "getRecords.fetchIntervalMs": str(settings.fetch_interval_ms),
                "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
+               "metadataCommitterType": settings.metadata_committer,
                **{name: value for name, value in (("endpointUrl", client.endpoint_url),
                                                   ("stsRoleArn", client.sts_role_arn),
                                                   ("stsSessionName", client.sts_session_name),
-                                                  ("stsEndpointUrl", client.sts_endpoint_url)) if value},
+                                                  ("stsEndpointUrl", client.sts_endpoint_url),
+                                                  ("metadataEndpointUrl", client.endpoint_url),
+                                                  ("metadataPath", settings.metadata_path or cfg.changelog.checkpoint),
+                                                  ("dynamodb.tableName", settings.dynamodb_table_name)) if value},
                **settings.options}
     return {f"kinesis.{name}": value for name, value in options.items()}
 
