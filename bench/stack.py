@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline import logs  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.config.settings import load_config  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402
 
