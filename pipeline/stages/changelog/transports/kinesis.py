@@ -6,8 +6,9 @@ a record's table is read from its DMS metadata (`schema-name`, `table-name`), el
 `<schema>.<table>.<key>` partition key (what the simulator writes, so undecodable records still reach their
 table's dead letters); the Kafka-like topic is `<stream>.<schema>.<table>`. The shard's number is the
 partition; the offset is `batch id << 32 | position in the shard's batch`, ascending with the shard's sequence
-numbers and the same when a batch is replayed; the sequence number itself rides along in `sequence` (into
-`_transport`). `aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until
+numbers and the same when a batch is replayed: the source reads each shard into an input partition of its own,
+in sequence order, and a replay reads the same records, so the position is the row's place in its partition
+(no shuffle to number them). The sequence number itself rides along in `sequence` (into `_transport`). `aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until
 caught up runs back-to-back batches and stops once a trigger finds nothing new.
 """
 
@@ -95,7 +96,6 @@ def read(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
 
 def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     """key, value, topic, partition, offset, timestamp (as the Kafka source has them), and `sequence`."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     def metadata(name: str):
@@ -104,15 +104,15 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     key_parts = F.split(F.col("partitionKey"), r"\.", 3)
     from_key = F.when(F.size(key_parts) == 3, F.concat(key_parts[0], F.lit("."), key_parts[1]))
     table = F.coalesce(F.concat(metadata("schema-name"), F.lit("."), metadata("table-name")), from_key)
-    # KPL user records share their aggregate's sequence number: the bytes settle their order
-    in_shard = Window.partitionBy("shardId").orderBy(F.length("sequenceNumber"), "sequenceNumber", "data")
+    # the low bits of the id count the rows of its input partition: one shard, read in order
+    in_shard = (F.monotonically_increasing_id().bitwiseAND((1 << _ROW_BITS) - 1) + 1)
     return batch.select(
         F.col("partitionKey").cast("binary").alias("key"),
         F.col("data").alias("value"),
         # no table: `<stream>..`, a NoTableName dead letter (tables/names.py), never a table `<stream>_<stream>`
         F.concat("streamName", F.lit("."), F.coalesce(table, F.lit("."))).alias("topic"),
         F.regexp_extract("shardId", r"(\d+)$", 1).cast("int").alias("partition"),
-        (F.lit(batch_id << _ROW_BITS) + F.row_number().over(in_shard)).cast("long").alias("offset"),
+        (F.lit(batch_id << _ROW_BITS) + in_shard).cast("long").alias("offset"),
         F.col("approximateArrivalTimestamp").alias("timestamp"),
         F.col("sequenceNumber").alias(SEQUENCE),
     )
