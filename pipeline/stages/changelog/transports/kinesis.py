@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 SEQUENCE = "sequence"
 _ROW_BITS = 32
+_METADATA = "metadata struct<`schema-name`: string, `table-name`: string>"
 
 
 class StreamMissing(StageError):
@@ -98,12 +99,12 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     """key, value, topic, partition, offset, timestamp (as the Kafka source has them), and `sequence`."""
     from pyspark.sql import functions as F
 
-    def metadata(name: str):
-        return F.get_json_object(F.col("data").cast("string"), f"$.metadata.{name}")
-
+    # one parse of the record for both names; a record that is not JSON has none
+    metadata = F.from_json(F.col("data").cast("string"), _METADATA).getField("metadata")
     key_parts = F.split(F.col("partitionKey"), r"\.", 3)
     from_key = F.when(F.size(key_parts) == 3, F.concat(key_parts[0], F.lit("."), key_parts[1]))
-    table = F.coalesce(F.concat(metadata("schema-name"), F.lit("."), metadata("table-name")), from_key)
+    table = F.coalesce(F.concat(metadata.getField("schema-name"), F.lit("."), metadata.getField("table-name")),
+                       from_key)
     # the low bits of the id count the rows of its input partition: one shard, read in order
     in_shard = (F.monotonically_increasing_id().bitwiseAND((1 << _ROW_BITS) - 1) + 1)
     return batch.select(
