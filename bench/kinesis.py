@@ -1,7 +1,9 @@
 """Kinesis changelog throughput: DMS JSON drained from a stream into Iceberg by the changelog stage, against the
 raw GetRecords rate of the same stream on the same local service, measured in the same run.
 
-For each shard count (1, 4 and 8; the 4-shard run is the target):
+First an untimed run of `--warmup` changes (Spark's first Python data source read, table creation and the
+Python worker daemon's start are paid once per session, not per batch), then for each shard count (1, 4 and 8;
+the 4-shard run is the target):
 1. The simulator (`--to kinesis`, DMS JSON of the `employee` table) writes `--events` changes to a new stream
    of a throw-away moto server on the bench ports.
 2. Raw: boto3 GetRecords (10,000 records a call), one reader thread per shard (the parallelism the source gets:
@@ -10,7 +12,7 @@ For each shard count (1, 4 and 8; the 4-shard run is the target):
    stream into its changelog table; the time includes starting the streaming query and the final trigger that
    finds nothing new.
 
-Usage: bench/kinesis.py [--events 200000] [--scaling-events 50000] [--set k=v ...]
+Usage: bench/kinesis.py [--events 200000] [--scaling-events 50000] [--warmup 5000] [--set k=v ...]
 (`--scaling-events`: the 1- and 8-shard runs, which show the scaling, not the target.)
 Ends with: `kinesis: <records/s> records/s, <ratio>x raw GetRecords` (the 4-shard run).
 """
@@ -94,7 +96,8 @@ def time_stage(cfg: PipelineConfig, spark, stream: str, home: Path) -> float:
     return time.perf_counter() - started
 
 
-def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int) -> Run:
+def produce(cfg: PipelineConfig, home: Path, shards: int, events: int) -> tuple[str, int]:
+    """A new stream of `shards` shards holding `events` simulated DMS JSON changes; its name and record count."""
     stream = f"bench{uuid.uuid4().hex[:6]}"
     options = SimulationOptions(format="dms-json", tables="employees", events=events, snapshot_rows=5_000,
                                 topic_prefix=stream)
@@ -104,6 +107,11 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int) ->
     records = summary.messages_acknowledged
     print(f"  produced {records:,} records to {stream} ({shards} shards) in {time.perf_counter() - sent:.1f} s",
           flush=True)
+    return stream, records
+
+
+def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int) -> Run:
+    stream, records = produce(cfg, home, shards, events)
     raw_records, raw_s = raw_get_records(cfg, stream)
     assert raw_records == records, f"GetRecords read {raw_records} of {records} records"
     stage_s = time_stage(cfg, spark, stream, home)
@@ -119,6 +127,7 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=200_000, help="changes in the 4-shard (target) run")
     parser.add_argument("--scaling-events", type=int, default=50_000, help="changes in the 1- and 8-shard runs")
+    parser.add_argument("--warmup", type=int, default=5_000, help="changes of the untimed first run")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting, section.key=value")
     return parser.parse_args()
 
@@ -133,6 +142,8 @@ def main() -> None:
     try:
         print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
         spark = get_spark(cfg)
+        if args.warmup:
+            time_stage(cfg, spark, produce(cfg, home, TARGET_SHARDS, args.warmup)[0], home)
         runs = {shards: measure(cfg, spark, home, shards, args.events if shards == TARGET_SHARDS else args.scaling_events)
                 for shards in SHARD_COUNTS}
     finally:
