@@ -289,6 +289,14 @@ def test_a_read_whose_rows_were_never_taken_leaves_its_shard_where_it_was(tmp_pa
     assert reader.latestOffset()["shards"] == first["shards"]
 
 
+def test_spark_committing_a_batch_forgets_the_metadata_of_batches_before_the_retained_ones(tmp_path) -> None:
+    reader = _reader(tmp_path, _FakeStream(0), minBatchesToRetain="2")
+    for batch in range(4):
+        reader._plan().metadata.put(batch, "shardId-0", ShardEnd(Position(after=str(batch)), 1))
+    reader.commit(BatchOffset(3, {"shardId-0": Position(after="2")}).to_json())
+    assert [reader._plan().metadata.get(b, "shardId-0") is not None for b in range(4)] == [False, False, True, True]
+
+
 def test_the_metadata_committer_keeps_the_last_batches_and_names_a_store_that_fails(tmp_path) -> None:
     options = _options(metadataPath=str(tmp_path), minBatchesToRetain="2").metadata
     committer = MetadataCommitter(options)
