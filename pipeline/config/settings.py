@@ -220,6 +220,11 @@ class KinesisSettings(_Section):
     sts_role_arn: str | None = Field(None, description="a role to assume for the reads (cross-account streams)")
     sts_session_name: str | None = None
     sts_endpoint_url: str | None = Field(None, description="defaults to aws.endpoint_url")
+    metadata_committer: Literal["HDFS", "DYNAMODB"] = Field(
+        "HDFS", description="where executors record each shard's end per batch: files or a DynamoDB table")
+    metadata_path: str | None = Field(None, description="HDFS committer: a path or s3:// URI; defaults to "
+                                      "changelog.checkpoint")
+    dynamodb_table_name: str | None = Field(None, description="DYNAMODB committer: its table (created when missing)")
     options: dict[str, str] = Field(default_factory=dict, description="more `aws-kinesis` options, e.g. "
                                     "'getRecords.numberOfRecordsPerFetch' (without the 'kinesis.' prefix)")
 
@@ -235,6 +240,12 @@ class KinesisSettings(_Section):
 
         StartingPosition.parse(position)
         return position
+
+    @model_validator(mode="after")
+    def _committer_has_its_table(self) -> KinesisSettings:
+        if self.metadata_committer == "DYNAMODB" and not self.dynamodb_table_name:
+            raise ValueError("kinesis.metadata_committer = DYNAMODB needs kinesis.dynamodb_table_name")
+        return self
 
 
 class DeadLetterSettings(_Section):

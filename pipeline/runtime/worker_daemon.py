@@ -15,7 +15,7 @@ import importlib
 from pyspark import daemon
 
 PRELOADED = ("pyarrow.csv", "pyarrow.json", "pyarrow.parquet", "boto3", "pyspark.sql.pandas.types",
-             "pipeline.sources.s3sqs.reader", "cdc.framing")
+             "pipeline.sources.s3sqs.reader", "pipeline.sources.kinesis.reader", "cdc.framing")
 
 
 def preload() -> None:

@@ -1,15 +1,19 @@
 """The `aws-kinesis` source and sink and `changelog --source kinesis`, against the stack's moto server.
 
-The reader is driven directly (as Spark's Python streaming runner drives it) for starting positions,
-resharding, replays, data loss and STS; Spark runs the sink and, in a subprocess killed mid-stream, the
-changelog stage over a simulated DMS-to-Kinesis source, whose mirror must then equal the ground truth.
+The reader is driven directly (as Spark's Python streaming runner drives it: the planner's calls, then each
+partition's read as an executor makes it) for starting positions, resharding, replays with each metadata
+committer, data loss and STS; Spark runs the sink, a stream-to-stream query, and, in subprocesses killed
+mid-stream, the changelog stage over a simulated DMS-to-Kinesis source, whose mirror must equal the truth.
 """
 
 from __future__ import annotations
 
 import os
+import random
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Iterator
 from unittest import mock
 
@@ -20,7 +24,9 @@ from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorStage
 from pipeline.sources.kinesis.options import source_options
-from pipeline.sources.kinesis.reader import KinesisDataLoss, KinesisStreamReader
+from pipeline.sources.kinesis.metadata import MetadataUnavailable
+from pipeline.sources.kinesis.reader import KinesisStreamReader
+from pipeline.sources.kinesis.shard_reader import KinesisDataLoss
 from simulators.kinesis import KinesisTransport
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.tables import table_set
@@ -60,20 +66,28 @@ def _put(client, stream: str, payloads: list[str]) -> None:
 
 def _reader(cfg: PipelineConfig, stream: str, **options: str) -> KinesisStreamReader:
     settings = {"streamName": stream, "endpointUrl": cfg.aws.endpoint_url, "startingPosition": "TRIM_HORIZON",
-                "getRecords.fetchIntervalMs": "0", **options}
+                "getRecords.fetchIntervalMs": "0", "metadataEndpointUrl": cfg.aws.endpoint_url,
+                "metadataPath": tempfile.mkdtemp(prefix="kinesis-metadata-"), **options}
     return KinesisStreamReader(source_options({f"kinesis.{k}": v for k, v in settings.items()}))
 
 
-def _drain(reader: KinesisStreamReader, offset: dict) -> tuple[list[tuple], dict]:
-    """Read until a read brings nothing new; every row, in read order, and the last offset."""
+def _batch(reader: KinesisStreamReader, start: dict, end: dict) -> list[tuple]:
+    """The batch (start, end] as Spark runs it: planned on the driver, each shard's partition read as an
+    executor reads it; rows as tuples in the source's column order."""
     rows: list[tuple] = []
-    while True:
-        found, end = reader.read(offset)
-        found = list(found)
-        if not found and end == offset:
-            return rows, end
-        rows += found
+    for partition in reader.partitions(start, end):
+        for batch in reader.read(partition):
+            rows += list(zip(*(column.to_pylist() for column in batch.columns)))
+    return rows
+
+
+def _drain(reader: KinesisStreamReader, offset: dict) -> tuple[list[tuple], dict]:
+    """Batches until the planner finds nothing new; every row, in read order, and the last offset."""
+    rows: list[tuple] = []
+    while (end := reader.latestOffset()) != offset:
+        rows += _batch(reader, offset, end)
         offset = end
+    return rows, end
 
 
 def _payloads(rows: list[tuple]) -> list[str]:
@@ -104,17 +118,47 @@ def test_starting_positions_trim_horizon_at_timestamp_and_latest(aws: PipelineCo
     assert _payloads(_drain(latest, start)[0]) == ["f"]
 
 
-def test_a_batch_is_bounded_per_shard_and_replays_identically(aws: PipelineConfig) -> None:
+def _bucket(cfg: PipelineConfig) -> str:
+    name = f"kmeta-{uuid.uuid4().hex[:8]}"
+    boto3.client("s3", endpoint_url=cfg.aws.endpoint_url, region_name=cfg.aws.region).create_bucket(Bucket=name)
+    return name
+
+
+COMMITTERS = {
+    "local path": lambda cfg: {"metadataPath": tempfile.mkdtemp(prefix="kinesis-metadata-")},
+    "s3": lambda cfg: {"metadataPath": f"s3://{_bucket(cfg)}/checkpoint"},
+    "s3a": lambda cfg: {"metadataPath": f"s3a://{_bucket(cfg)}/checkpoint"},
+    "dynamodb": lambda cfg: {"metadataCommitterType": "DYNAMODB", "dynamodb.tableName": f"meta{uuid.uuid4().hex[:8]}"},
+}
+
+
+@pytest.mark.parametrize("committer", sorted(COMMITTERS))
+def test_a_batch_is_bounded_per_shard_and_replays_identically(aws: PipelineConfig, committer: str) -> None:
     client = _client(aws)
     stream = _stream(client, shards=2)
     _put(client, stream, [f"r{i}" for i in range(30)])
-    reader = _reader(aws, stream, maxFetchRecordsPerShard="4")
+    store = COMMITTERS[committer](aws)
+    reader = _reader(aws, stream, maxFetchRecordsPerShard="4", **store)
     start = reader.initialOffset()
-    rows, end = reader.read(start)
-    rows = list(rows)
+    end = reader.latestOffset()
+    rows = _batch(reader, start, end)
     assert len(rows) == 8  # 4 from each shard
-    again = list(_reader(aws, stream).readBetweenOffsets(start, end))
-    assert again == rows  # a batch replayed after a crash is the same batch
+    _put(client, stream, [f"late{i}" for i in range(10)])
+    restarted = _reader(aws, stream, **store)  # a new driver replaying the checkpointed batch, without the limit
+    assert _batch(restarted, start, end) == rows  # the same batch: each shard up to its recorded end
+    rest = _batch(restarted, end, restarted.latestOffset())  # the next batch starts at the recorded ends
+    assert sorted(_payloads(rows + rest)) == sorted([f"r{i}" for i in range(30)] + [f"late{i}" for i in range(10)])
+
+
+def test_a_metadata_store_that_does_not_answer_is_named_with_its_address(aws: PipelineConfig) -> None:
+    client = _client(aws)
+    stream = _stream(client)
+    _put(client, stream, ["x"])
+    nowhere = "http://127.0.0.1:9"  # nothing listens on the discard port
+    reader = _reader(aws, stream, metadataCommitterType="DYNAMODB", **{"dynamodb.tableName": "meta"},
+                     metadataEndpointUrl=nowhere, metadataNumRetries="1", metadataRetryIntervalsMs="10")
+    with pytest.raises(MetadataUnavailable, match=f"DynamoDB table meta at {nowhere} failed to read after 2 attempts"):
+        reader.latestOffset()  # the driver asks where the last batch ended
 
 
 def test_parent_shards_are_read_to_their_end_before_their_children(aws: PipelineConfig) -> None:
@@ -123,8 +167,8 @@ def test_parent_shards_are_read_to_their_end_before_their_children(aws: Pipeline
     first = [f"p{i}" for i in range(40)]
     _put(client, stream, first)
     reader = _reader(aws, stream, maxFetchRecordsPerShard="5", describeShardInterval="0ms")
-    rows, offset = reader.read(reader.initialOffset())
-    rows = list(rows)
+    start, offset = reader.initialOffset(), reader.latestOffset()
+    rows = _batch(reader, start, offset)
     parents = [s["ShardId"] for s in client.list_shards(StreamName=stream)["Shards"]]
     client.merge_shards(StreamName=stream, ShardToMerge=parents[0], AdjacentShardToMerge=parents[1])
     later = [f"q{i}" for i in range(10)]
@@ -141,12 +185,16 @@ def test_a_shard_that_is_gone_fails_or_is_skipped_per_fail_on_data_loss(aws: Pip
     client = _client(aws)
     stream = _stream(client)
     _put(client, stream, ["x"])
-    checkpointed = {"shards": {"shardId-000000000000": {"after": "1"}, "shardId-000000000007": {"after": "9"}}}
+    checkpointed = {"batch": 3, "shards": {"shardId-000000000000": {"after": "1"}, "shardId-000000000007": {"after": "9"}}}
+    failing = _reader(aws, stream, failOnDataLoss="true")
+    failing.partitions(checkpointed, checkpointed)  # a restart: Spark says where the query was
     with pytest.raises(KinesisDataLoss, match="shardId-000000000007"):
-        _reader(aws, stream, failOnDataLoss="true").read(checkpointed)
+        failing.latestOffset()
     _put(client, stream, ["y"])
-    rows, end = _reader(aws, stream, failOnDataLoss="false").read(checkpointed)
-    assert _payloads(list(rows)) == ["y"]
+    skipping = _reader(aws, stream, failOnDataLoss="false")
+    skipping.partitions(checkpointed, checkpointed)
+    end = skipping.latestOffset()
+    assert _payloads(_batch(skipping, checkpointed, end)) == ["y"]
     assert "shardId-000000000007" not in end["shards"]
 
 
@@ -178,7 +226,8 @@ def test_the_sink_writes_every_row_with_its_partition_key(aws: PipelineConfig, s
     # one task: moto numbers a shard's records by max + 1 without a lock, so concurrent puts can overwrite
     (spark.createDataFrame(rows, "data string, partitionKey string").coalesce(1).write.format("aws-kinesis")
      .option("kinesis.streamName", stream).option("kinesis.endpointUrl", aws.aws.endpoint_url).mode("append").save())
-    read, _ = _drain(_reader(aws, stream), _reader(aws, stream).initialOffset())
+    reader = _reader(aws, stream)
+    read, _ = _drain(reader, reader.initialOffset())
     assert sorted((row[0].decode(), row[2]) for row in read) == sorted(rows)
 
 
@@ -192,7 +241,8 @@ def test_a_streaming_query_copies_one_stream_into_another(aws: PipelineConfig, s
     register(spark)
     query = (spark.readStream.format("aws-kinesis").option("kinesis.streamName", source)
              .option("kinesis.endpointUrl", aws.aws.endpoint_url).option("kinesis.startingPosition", "TRIM_HORIZON")
-             .option("kinesis.maxFetchRecordsPerShard", "20").load()
+             .option("kinesis.maxFetchRecordsPerShard", "20")
+             .option("kinesis.metadataPath", str(tmp_path / "checkpoint")).load()
              .selectExpr("data", "partitionKey").writeStream.format("aws-kinesis")
              .option("kinesis.streamName", target).option("kinesis.endpointUrl", aws.aws.endpoint_url)
              .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="1 second").start())
@@ -212,27 +262,46 @@ def test_a_streaming_query_copies_one_stream_into_another(aws: PipelineConfig, s
 # -- the changelog stage over DMS-to-Kinesis ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig, str, Summary, TruthStore]:
-    """A simulated DMS source sent to a 2-shard stream, landed by a changelog stage that is SIGKILLed after its
-    first batch, then by a stage resuming its checkpoint until caught up."""
-    folder = tmp_path_factory.mktemp("kinesis-changelog")
+def _land_killed_twice(aws: PipelineConfig, spark, folder: Path,
+                       **committer: str) -> tuple[PipelineConfig, str, Summary, TruthStore]:
+    """A simulated DMS source sent to a 2-shard stream, landed by changelog stages SIGKILLed twice at a random
+    point after their first batch (mid-batch or between batches), then by a stage resuming the checkpoint until
+    caught up. `committer`: kinesis settings of the metadata committer."""
     prefix = f"kc{uuid.uuid4().hex[:6]}"
     truth = TruthStore(folder / "truth.db")
     options = SimulationOptions(format="dms-json", events=600, snapshot_rows=30, seed=13, topic_prefix=prefix,
                                 duplicates=0.03, reorder=0.03, poison=0.02)
     summary = Simulation(options, KinesisTransport(aws.aws, shards=2), truth, None).run(progress=False)
-    settings = ["changelog.source=kinesis", f"kinesis.streams={prefix}", "kinesis.max_fetch_records_per_shard=100",
-                "kinesis.fetch_interval_ms=0"]
-    stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
-    stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
-    stage.kill()
+    kinesis = {"streams": prefix, "max_fetch_records_per_shard": "100", "fetch_interval_ms": "0", **committer}
+    settings = ["changelog.source=kinesis", *(f"kinesis.{key}={value}" for key, value in kinesis.items())]
+    rng = random.Random(5)
+    for _ in range(2):
+        stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
+        stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
+        time.sleep(rng.uniform(0.0, 2.5))
+        stage.kill()
     cfg = _configure(aws, prefix)  # the restart runs here, on the session's Spark: no second JVM to start
     cfg = cfg.model_copy(update={
         "changelog": cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(folder / "checkpoint")}),
-        "kinesis": cfg.kinesis.model_copy(update={"streams": [prefix], "fetch_interval_ms": 0})})
+        "kinesis": cfg.kinesis.model_copy(update={"streams": [prefix], "fetch_interval_ms": 0, **committer})})
     ChangelogStage(cfg, spark).run(until_caught_up=True)
     return cfg, prefix, summary, truth
+
+
+@pytest.fixture(scope="module")
+def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig, str, Summary, TruthStore]:
+    """Landed with the default (HDFS) committer: its files in the stage's checkpoint."""
+    return _land_killed_twice(aws, spark, tmp_path_factory.mktemp("kinesis-changelog"))
+
+
+def _assert_every_record_once(spark, landed: tuple[PipelineConfig, str, Summary, TruthStore]) -> None:
+    cfg, prefix, summary, _ = landed
+    poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
+    tables = [_changelog(spark, cfg, f"{prefix}_{name}") for name in LANDED]
+    positions = [(row["partition"], row["sequence"]) for table in tables
+                 for row in table.select("_transport.partition", "_transport.sequence").collect()]
+    assert len(positions) == summary.messages_acknowledged - poison  # duplicates sent are kept: each is a record
+    assert len(set(positions)) == len(positions)  # no record twice despite the kills
 
 
 def _changelog(spark, cfg: PipelineConfig, name: str):
@@ -244,13 +313,19 @@ SLOW = pytest.mark.timeout(1800)  # the shared setup starts a second Spark; on a
 
 @SLOW
 def test_a_killed_stage_lands_every_record_once(landed, spark) -> None:
-    cfg, prefix, summary, _ = landed
-    poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
-    tables = [_changelog(spark, cfg, f"{prefix}_{name}") for name in LANDED]
-    positions = [(row["partition"], row["sequence"]) for table in tables
-                 for row in table.select("_transport.partition", "_transport.sequence").collect()]
-    assert len(positions) == summary.messages_acknowledged - poison  # duplicates sent are kept: each is a record
-    assert len(set(positions)) == len(positions)  # no record twice despite the kill
+    _assert_every_record_once(spark, landed)
+    cfg, prefix, _, _ = landed
+    assert any(Path(str(cfg.changelog.checkpoint), "kinesis-metadata", prefix).iterdir())  # the seed's default place
+
+
+@SLOW
+def test_a_killed_stage_with_the_dynamodb_committer_lands_every_record_once(aws, spark, tmp_path) -> None:
+    table = f"meta{uuid.uuid4().hex[:8]}"
+    landed = _land_killed_twice(aws, spark, tmp_path, metadata_committer="DYNAMODB", dynamodb_table_name=table)
+    _assert_every_record_once(spark, landed)
+    dynamodb = boto3.client("dynamodb", endpoint_url=aws.aws.endpoint_url, region_name=aws.aws.region)
+    assert dynamodb.scan(TableName=table)["Items"]  # the ends were recorded there, not in the checkpoint
+    assert not (tmp_path / "checkpoint" / "kinesis-metadata").exists()
 
 
 @SLOW

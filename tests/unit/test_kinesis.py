@@ -1,5 +1,6 @@
-"""The `aws-kinesis` pieces without services: options, offsets, KPL, retries, PutRecords batching, the reader's
-planning over a fake Kinesis (expired iterators, limits, parents first)."""
+"""The `aws-kinesis` pieces without services: options, offsets, KPL, retries, PutRecords batching, the metadata
+committer's local files, and the planner and a shard's read over a fake Kinesis (expired iterators, limits,
+replays up to the recorded end, parents first, no batch when nothing is new)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from botocore.exceptions import ClientError
 
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
 from pipeline.sources.kinesis.kpl import UserRecord, aggregate, deaggregate
+from pipeline.sources.kinesis.metadata import MetadataCommitter, MetadataUnavailable, ShardEnd
 from pipeline.sources.kinesis.options import ClientOptions, KinesisOptionError, sink_options, source_options
-from pipeline.sources.kinesis.positions import Position, from_offset, to_offset
+from pipeline.sources.kinesis.positions import BatchOffset, OffsetFormatError, Position
 from pipeline.sources.kinesis.put import MAX_RECORD_BYTES, RecordBatcher
 from pipeline.sources.kinesis.reader import KinesisStreamReader
 from pipeline.sources.kinesis.shards import Shard, _parents_first
@@ -20,7 +22,8 @@ QUICK = ClientOptions(num_retries=2, retry_interval_s=0.0, max_retry_interval_s=
 
 
 def _options(**values: str):
-    return source_options({"kinesis.streamName": "s", **{f"kinesis.{k}": v for k, v in values.items()}})
+    return source_options({"kinesis.streamName": "s", "kinesis.metadataPath": "/nowhere",
+                           **{f"kinesis.{k}": v for k, v in values.items()}})
 
 
 # -- options -----------------------------------------------------------------------------------------------
@@ -32,10 +35,14 @@ def test_defaults_are_the_seed_connectors() -> None:
     assert (options.max_fetch_records_per_shard, options.records_per_fetch, options.fetch_interval_s) == (100_000, 10_000, 0.2)
     assert (options.describe_shard_interval_s, options.fail_on_data_loss) == (1.0, False)
     assert (options.client.num_retries, options.client.retry_interval_s, options.client.max_retry_interval_s) == (5, 1.0, 10.0)
+    metadata = options.metadata
+    assert (metadata.committer_type, metadata.path, options.check_new_record_threads) == ("HDFS", "/nowhere", 8)
+    assert (metadata.num_retries, metadata.retry_interval_s, metadata.max_retry_interval_s) == (5, 1.0, 10.0)
+    assert metadata.min_batches_to_retain == 100
 
 
 def test_option_names_are_case_insensitive_and_durations_parse() -> None:
-    options = source_options({"KINESIS.STREAMNAME": "s", "kinesis.describeShardInterval": "250ms",
+    options = source_options({"KINESIS.STREAMNAME": "s", "KINESIS.METADATAPATH": "/m", "kinesis.describeShardInterval": "250ms",
                               "kinesis.maxFetchRecordsPerShard": "1,000"})
     assert (options.stream_name, options.describe_shard_interval_s, options.max_fetch_records_per_shard) == ("s", 0.25, 1000)
 
@@ -59,14 +66,30 @@ def test_a_bad_starting_position_names_the_accepted_forms(text: str) -> None:
 def test_subscribe_to_shard_and_seed_only_options_are_rejected_with_the_reason() -> None:
     with pytest.raises(KinesisOptionError, match=r"SubscribeToShard.*\(moto\) does not implement it"):
         _options(consumerType="SubscribeToShard")
-    with pytest.raises(KinesisOptionError, match="metadatacommittertype.*checkpoint"):
-        _options(metadataCommitterType="DYNAMODB")
+    with pytest.raises(KinesisOptionError, match="consumername is not supported"):
+        _options(consumerName="app")
     with pytest.raises(KinesisOptionError, match="streamName is required"):
         sink_options({})
     with pytest.raises(KinesisOptionError, match="kinesis.maxfetchrecordspershards is not an option"):
         _options(maxFetchRecordsPerShards="5")
     with pytest.raises(KinesisOptionError, match="startingposition is not an option"):
         sink_options({"kinesis.streamName": "s", "kinesis.startingPosition": "LATEST"})
+
+
+def test_the_metadata_committer_options_are_checked() -> None:
+    dynamo = _options(metadataCommitterType="dynamodb", **{"dynamodb.tableName": "meta"}, metadataNumRetries="0",
+                      metadataRetryIntervalsMs="50", metadataMaxRetryIntervalMs="200", minBatchesToRetain="3")
+    assert (dynamo.metadata.committer_type, dynamo.metadata.table_name, dynamo.metadata.path) == ("DYNAMODB", "meta", None)
+    assert (dynamo.metadata.num_retries, dynamo.metadata.retry_interval_s, dynamo.metadata.max_retry_interval_s,
+            dynamo.metadata.min_batches_to_retain) == (0, 0.05, 0.2, 3)
+    with pytest.raises(KinesisOptionError, match="dynamodb.tableName is required"):
+        _options(metadataCommitterType="DYNAMODB")
+    with pytest.raises(KinesisOptionError, match="metadataCommitterType 'ZOOKEEPER' is not one of HDFS, DYNAMODB"):
+        _options(metadataCommitterType="zookeeper")
+    with pytest.raises(KinesisOptionError, match="kinesis.metadataPath is required .* checkpointLocation"):
+        source_options({"kinesis.streamName": "s"})
+    given = source_options({"kinesis.streamName": "s", "checkpointLocation": "s3a://b/cp"})
+    assert given.metadata.path == "s3a://b/cp"  # the seed's default: the checkpoint location
 
 
 def test_the_region_is_inferred_from_an_aws_endpoint() -> None:
@@ -81,7 +104,9 @@ def test_the_region_is_inferred_from_an_aws_endpoint() -> None:
 def test_positions_round_trip_and_say_where_to_read_on() -> None:
     positions = {"a": Position(after="42"), "b": Position(start="AT_TIMESTAMP", at=1.5), "c": Position(done=True),
                  "d": Position()}
-    assert from_offset(to_offset(positions)) == positions
+    offset = BatchOffset(7, positions, closed=frozenset({"c"}), waiting=frozenset({"d"}))
+    assert BatchOffset.from_json(offset.to_json()) == offset
+    assert offset.to_read() == ["a", "b"]  # c is done, d waits for a parent
     assert positions["a"].iterator_args() == {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": "42"}
     assert positions["b"].iterator_args() == {"ShardIteratorType": "AT_TIMESTAMP", "Timestamp": 1.5}
     assert positions["d"].iterator_args() == {"ShardIteratorType": "TRIM_HORIZON"}
@@ -89,11 +114,9 @@ def test_positions_round_trip_and_say_where_to_read_on() -> None:
     assert not Position(after="99").reached(Position(after="100"))
 
 
-def test_a_latest_start_replays_from_the_time_it_was_pinned_to() -> None:
-    first = to_offset({"a": Position(start="AT_TIMESTAMP", at=100.0)}, since=100.0)
-    asked_again = to_offset({"a": Position(start="AT_TIMESTAMP", at=160.0)}, since=160.0)  # after a crash
-    end = to_offset({"a": Position(after="7")}, since=first["since"])
-    assert from_offset(asked_again, end["since"]) == from_offset(first)
+def test_an_offset_of_the_driver_side_reader_is_refused_with_what_to_do() -> None:
+    with pytest.raises(OffsetFormatError, match="no batch number.*start a new checkpoint"):
+        BatchOffset.from_json({"shards": {"a": {"after": "1"}}, "since": 5.0})
 
 
 def test_parents_come_before_their_children() -> None:
@@ -218,18 +241,79 @@ class _FakeStream:
         return {"Records": found, "NextShardIterator": last, "MillisBehindLatest": 0 if not found else 1}
 
 
-def test_the_reader_renews_expired_iterators_and_bounds_each_batch() -> None:
-    reader = KinesisStreamReader(_options(startingPosition="TRIM_HORIZON", maxFetchRecordsPerShard="7",
-                                          **{"getRecords.numberOfRecordsPerFetch": "3", "getRecords.fetchIntervalMs": "0"}))
-    reader._kinesis = fake = _FakeStream(10)  # type: ignore[assignment]
+def _reader(tmp_path, fake: _FakeStream, **values: str) -> KinesisStreamReader:
+    settings = {"startingPosition": "TRIM_HORIZON", "getRecords.fetchIntervalMs": "0", "metadataPath": str(tmp_path),
+                **values}
+    reader = KinesisStreamReader(_options(**settings))
+    reader._plan().kinesis = reader._plan().directory.kinesis = fake  # type: ignore[assignment]
+    return reader
+
+
+def _read(reader: KinesisStreamReader, fake: _FakeStream, start: dict, end: dict) -> list[bytes]:
+    """The batch ending at `end` as an executor reads it (over the fake)."""
+    from pipeline.sources.kinesis import shard_reader
+
+    rows: list[bytes] = []
+    for partition in reader.partitions(start, end):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(shard_reader, "Kinesis", lambda options: fake)
+            for batch in reader.read(partition):
+                rows += batch.column("data").to_pylist()
+    return rows
+
+
+def test_a_shard_read_renews_expired_iterators_bounds_the_batch_and_replays_to_its_recorded_end(tmp_path) -> None:
+    fake = _FakeStream(10)
+    fake.expired_once = True  # the planner's check gets a good iterator
+    reader = _reader(tmp_path, fake, maxFetchRecordsPerShard="7", **{"getRecords.numberOfRecordsPerFetch": "3"})
     start = reader.initialOffset()
-    rows, end = reader.read(start)
-    assert [row[0] for row in rows] == [f"r{n}".encode() for n in range(1, 8)]
-    assert end == {"shards": {"shardId-0": {"after": "7"}}}
-    assert fake.iterators == 2  # the expired one was renewed from the same position
-    rows, last = reader.read(end)
-    assert [row[0] for row in rows] == [b"r8", b"r9", b"r10"]
-    assert [row[0] for row in reader.readBetweenOffsets(end, last)] == [b"r8", b"r9", b"r10"]
+    end = reader.latestOffset()
+    assert end["batch"] == start["batch"] + 1 and end["shards"] == {"shardId-0": {"start": "TRIM_HORIZON"}}
+    fake.expired_once = False
+    assert _read(reader, fake, start, end) == [f"r{n}".encode() for n in range(1, 8)]
+    assert fake.iterators == 3  # the planner's check, the read's, and the expired one renewed at the same place
+    fake.records += [{"SequenceNumber": "11", "Data": b"r11", "PartitionKey": "k", "ApproximateArrivalTimestamp": 0.0}]
+    assert _read(reader, fake, start, end) == [f"r{n}".encode() for n in range(1, 8)]  # the recorded end, not 7 more
+    following = reader.latestOffset()
+    assert following["shards"] == {"shardId-0": {"after": "7"}}
+    assert _read(reader, fake, end, following) == [b"r8", b"r9", b"r10", b"r11"]
+    assert reader.latestOffset() == following  # nothing new: the same offset again, so Spark plans no batch
+
+
+def test_a_read_whose_rows_were_never_taken_leaves_its_shard_where_it_was(tmp_path) -> None:
+    fake = _FakeStream(3)
+    fake.expired_once = True
+    reader = _reader(tmp_path, fake)
+    first = reader.latestOffset()
+    reader.partitions(reader.initialOffset(), first)  # planned, but no executor read it (a batch nobody evaluated)
+    assert reader.latestOffset()["shards"] == first["shards"]
+
+
+def test_spark_committing_a_batch_forgets_the_metadata_of_batches_before_the_retained_ones(tmp_path) -> None:
+    reader = _reader(tmp_path, _FakeStream(0), minBatchesToRetain="2")
+    for batch in range(4):
+        reader._plan().metadata.put(batch, "shardId-0", ShardEnd(Position(after=str(batch)), 1))
+    reader.commit(BatchOffset(3, {"shardId-0": Position(after="2")}).to_json())
+    assert [reader._plan().metadata.get(b, "shardId-0") is not None for b in range(4)] == [False, False, True, True]
+
+
+def test_the_metadata_committer_keeps_the_last_batches_and_names_a_store_that_fails(tmp_path) -> None:
+    options = _options(metadataPath=str(tmp_path), minBatchesToRetain="2").metadata
+    committer = MetadataCommitter(options)
+    for batch in range(5):
+        committer.put(batch, "shardId-0", ShardEnd(Position(after=str(batch)), batch))
+    committer.put(4, "shardId-1", ShardEnd(Position(done=True), 0))
+    assert committer.get(3, "shardId-0") == ShardEnd(Position(after="3"), 3)
+    assert committer.ends(4) == {"shardId-0": ShardEnd(Position(after="4"), 4), "shardId-1": ShardEnd(Position(done=True), 0)}
+    committer.retain_from(4)
+    assert [committer.get(b, "shardId-0") is not None for b in range(5)] == [False, False, False, True, True]
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    broken = MetadataCommitter(_options(metadataPath=str(blocked), metadataNumRetries="1",
+                                        metadataRetryIntervalsMs="0").metadata)
+    with pytest.raises(MetadataUnavailable, match=f"metadata store path {blocked}/kinesis-metadata/s failed to write "
+                                                  "after 2 attempts"):
+        broken.put(0, "shardId-0", ShardEnd(Position(), 0))
 
 
 # -- the pipeline's settings -------------------------------------------------------------------------------
@@ -250,7 +334,7 @@ def test_kinesis_settings_are_checked_when_loaded() -> None:
 
 
 def test_the_stage_passes_its_settings_as_source_options() -> None:
-    from pipeline.config.settings import load_config
+    from pipeline.config.settings import ConfigError, load_config
     from pipeline.stages.changelog.transports.kinesis import source_options as stage_options
 
     cfg = load_config(overrides=["aws.endpoint_url=http://127.0.0.1:4566", "kinesis.streams=moma",
@@ -261,3 +345,10 @@ def test_the_stage_passes_its_settings_as_source_options() -> None:
     assert (options.client.sts_role_arn, options.client.sts_endpoint_url) == ("arn:aws:iam::222222222222:role/r",
                                                                               "http://127.0.0.1:4566")
     assert options.describe_shard_interval_s == 5.0
+    assert (options.metadata.committer_type, options.metadata.path) == ("HDFS", cfg.changelog.checkpoint)
+    assert options.metadata.endpoint_url == "http://127.0.0.1:4566"
+    dynamo = load_config(overrides=["kinesis.streams=moma", "kinesis.metadata_committer=DYNAMODB",
+                                    "kinesis.dynamodb_table_name=meta"], environ={})
+    assert source_options(stage_options(dynamo, "moma")).metadata.table_name == "meta"
+    with pytest.raises(ConfigError, match="DYNAMODB needs kinesis.dynamodb_table_name"):
+        load_config(overrides=["kinesis.metadata_committer=DYNAMODB"], environ={})

@@ -1,8 +1,9 @@
 """The `aws-kinesis` options: the seed connector's names, meanings and defaults, parsed and checked once.
 
 Option names are case-insensitive and carry the `kinesis.` prefix, as in the seed connector. Options of the
-seed that do not apply here (EFO, the DynamoDB metadata committer, driver threads) are rejected by name with
-the reason, and unknown names (a typo) with the list of options, so nobody believes they took effect.
+seed that do not apply here (EFO, the KPL sink's settings) are rejected by name with the reason, and unknown
+names (a typo) with the list of options, so nobody believes they took effect. One addition to the seed's
+names: `kinesis.metadataEndpointUrl`, the S3 or DynamoDB endpoint of the metadata store (moto, a VPC endpoint).
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ _SYNCHRONOUS_SINK = "the sink sends PutRecords itself, synchronously, and flushe
 UNSUPPORTED = {
     "consumername": "SubscribeToShard (enhanced fan-out) is not supported: the local AWS (moto) does not "
                     "implement it, so it could not be tested",
-    "metadatacommittertype": "the Spark checkpoint is the only offset store (no DynamoDB/HDFS side metadata)",
-    "metadatapath": "the Spark checkpoint is the only offset store",
-    "dynamodb.tablename": "the Spark checkpoint is the only offset store",
-    "checknewrecordthreads": "shards are read by one reader process per query",
     "sink.aggregationenabled": "the sink writes one Kinesis record per row (no KPL aggregation on write)",
     "sink.flushwaittimems": _SYNCHRONOUS_SINK,
     "sink.recordmaxbufferedtimems": _SYNCHRONOUS_SINK,
@@ -31,7 +28,11 @@ CLIENT_OPTIONS = {"streamname", "endpointurl", "region", "stsrolearn", "stssessi
                   "clientnumretries", "clientretryintervalsms", "clientmaxretryintervalms"}
 SOURCE_OPTIONS = CLIENT_OPTIONS | {"consumertype", "startingposition", "failondataloss", "maxfetchrecordspershard",
                                    "maxfetchtimepershardsec", "describeshardinterval",
-                                   "getrecords.numberofrecordsperfetch", "getrecords.fetchintervalms"}
+                                   "getrecords.numberofrecordsperfetch", "getrecords.fetchintervalms",
+                                   "checknewrecordthreads", "metadatacommittertype", "metadatapath",
+                                   "dynamodb.tablename", "metadatanumretries", "metadataretryintervalsms",
+                                   "metadatamaxretryintervalms", "minbatchestoretain", "metadataendpointurl"}
+COMMITTER_TYPES = ("HDFS", "DYNAMODB")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
@@ -83,9 +84,26 @@ class ClientOptions:
 
 
 @dataclass(frozen=True)
+class MetadataOptions:
+    """Where executors record how far each shard was read in each batch (the seed's metadata committer)."""
+
+    committer_type: str  # HDFS (files under `path`: local, s3:// or s3a://) or DYNAMODB (`table_name`)
+    stream_name: str
+    path: str | None = None
+    table_name: str | None = None
+    endpoint_url: str | None = None  # S3 or DynamoDB endpoint override; None: AWS's
+    region: str = "us-east-1"
+    num_retries: int = 5
+    retry_interval_s: float = 1.0
+    max_retry_interval_s: float = 10.0
+    min_batches_to_retain: int = 100  # Spark's spark.sql.streaming.minBatchesToRetain default
+
+
+@dataclass(frozen=True)
 class SourceOptions:
     stream_name: str
     client: ClientOptions
+    metadata: MetadataOptions
     starting_position: StartingPosition = StartingPosition("LATEST")
     fail_on_data_loss: bool = False
     max_fetch_records_per_shard: int = 100_000
@@ -93,6 +111,7 @@ class SourceOptions:
     describe_shard_interval_s: float = 1.0
     records_per_fetch: int = 10_000
     fetch_interval_s: float = 0.2
+    check_new_record_threads: int = 8
 
 
 @dataclass(frozen=True)
@@ -167,15 +186,44 @@ def source_options(raw: Mapping[str, str]) -> SourceOptions:
         raise KinesisOptionError("kinesis.consumerType SubscribeToShard (enhanced fan-out) is not supported: the "
                                  "local AWS (moto) does not implement it, so it could not be tested; use GetRecords")
     max_time = options.text("maxFetchTimePerShardSec")
+    stream, client = options.required("streamName"), options.client()
     return SourceOptions(
-        stream_name=options.required("streamName"), client=options.client(),
+        stream_name=stream, client=client,
         starting_position=StartingPosition.parse(options.text("startingPosition", "LATEST") or "LATEST"),
         fail_on_data_loss=options.flag("failOnDataLoss", False),
         max_fetch_records_per_shard=int(options.number("maxFetchRecordsPerShard", 100_000)),
         max_fetch_time_per_shard_s=options.number("maxFetchTimePerShardSec", 0, minimum=0.001) if max_time else None,
         describe_shard_interval_s=options.duration_s("describeShardInterval", 1.0),
         records_per_fetch=min(10_000, int(options.number("getRecords.numberOfRecordsPerFetch", 10_000))),
-        fetch_interval_s=options.number("getRecords.fetchIntervalMs", 200, minimum=0) / 1000)
+        fetch_interval_s=options.number("getRecords.fetchIntervalMs", 200, minimum=0) / 1000,
+        check_new_record_threads=int(options.number("checkNewRecordThreads", 8)),
+        metadata=_metadata(options, stream, client.region, _checkpoint_location(raw)))
+
+
+def _metadata(options: _Options, stream: str, region: str, checkpoint: str | None) -> MetadataOptions:
+    kind = (options.text("metadataCommitterType", "HDFS") or "HDFS").upper()
+    if kind not in COMMITTER_TYPES:
+        raise KinesisOptionError(f"kinesis.metadataCommitterType {kind!r} is not one of {', '.join(COMMITTER_TYPES)}")
+    path, table = options.text("metadataPath") or checkpoint, options.text("dynamodb.tableName")
+    if kind == "HDFS" and not path:
+        raise KinesisOptionError(
+            "kinesis.metadataPath is required with the HDFS metadata committer: a Python data source is not told "
+            "the query's checkpointLocation, so set kinesis.metadataPath (or the reader option checkpointLocation) "
+            "to it, or another local, s3:// or s3a:// path")
+    if kind == "DYNAMODB" and not table:
+        raise KinesisOptionError("kinesis.dynamodb.tableName is required with kinesis.metadataCommitterType=DYNAMODB")
+    return MetadataOptions(
+        committer_type=kind, stream_name=stream, path=path if kind == "HDFS" else None,
+        table_name=table if kind == "DYNAMODB" else None, endpoint_url=options.text("metadataEndpointUrl"),
+        region=region, num_retries=int(options.number("metadataNumRetries", 5, minimum=0)),
+        retry_interval_s=options.number("metadataRetryIntervalsMs", 1000, minimum=0) / 1000,
+        max_retry_interval_s=options.number("metadataMaxRetryIntervalMs", 10_000, minimum=0) / 1000,
+        min_batches_to_retain=int(options.number("minBatchesToRetain", 100)))
+
+
+def _checkpoint_location(raw: Mapping[str, str]) -> str | None:
+    """The `checkpointLocation` reader option, if given: the seed's default metadata path."""
+    return next((str(v) for k, v in raw.items() if k.lower() == "checkpointlocation" and v), None)
 
 
 def sink_options(raw: Mapping[str, str]) -> SinkOptions:

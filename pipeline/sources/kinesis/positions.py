@@ -1,16 +1,25 @@
-"""Per-shard read positions: the offsets of the `aws-kinesis` source, as Spark checkpoints them.
+"""Per-shard read positions and the batch offsets of the `aws-kinesis` source, as Spark checkpoints them.
 
-A shard's position is where its next read starts: before its first record (TRIM_HORIZON, or AT_TIMESTAMP for
-a query that started there or at LATEST), after a sequence number, or done (a closed shard read to its end,
-which lets its children start). The offset is `{"shards": {shard id: position}}`, and for a query that
-started at LATEST `"since"`: the time LATEST was pinned to, carried along so that a first batch replayed
-after a crash (Spark asks for the initial offset again, which would pin a later time) starts where it did.
+A shard's position is where a read starts: before its first record (TRIM_HORIZON, or AT_TIMESTAMP for a query
+that started there or at LATEST), after a sequence number, or done (a closed shard read to its end, which lets
+its children start).
+
+As in the seed connector, an offset names a batch and where each shard's read *starts* in it; where a read
+ended is only known once an executor has read the shard, and is kept in the metadata store under the batch's
+number (`metadata.py`). The offset is `{"batch": n, "shards": {shard id: position}, "closed": [...],
+"waiting": [...]}`: `closed` are the shards closed when the batch was planned (caught up means done),
+`waiting` the children whose parents were not done yet (not read in this batch). All of it is fixed when the
+batch is planned, so a batch replayed from its checkpointed offset plans the same partitions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+
+class OffsetFormatError(ValueError):
+    """A checkpointed offset the reader cannot use; names what it found and what to do."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +38,7 @@ class Position:
         return {"ShardIteratorType": "TRIM_HORIZON"}
 
     def reached(self, end: Position) -> bool:
-        """Whether a replay from an earlier position has read up to `end` (a checkpointed batch end)."""
+        """Whether a replay from an earlier position has read up to `end` (a recorded end of a batch)."""
         if end.done:
             return self.done
         return end.after is None or (self.after is not None and int(self.after) >= int(end.after))
@@ -53,15 +62,29 @@ class Position:
 Positions = dict[str, Position]
 
 
-def to_offset(positions: Positions, since: float | None = None) -> dict[str, Any]:
-    offset: dict[str, Any] = {"shards": {shard: position.to_json() for shard, position in sorted(positions.items())}}
-    return offset if since is None else {**offset, "since": since}
+@dataclass(frozen=True)
+class BatchOffset:
+    """A planned batch: its number and, per shard, where its read starts."""
 
+    batch: int
+    shards: Positions
+    closed: frozenset[str] = field(default_factory=frozenset)
+    waiting: frozenset[str] = field(default_factory=frozenset)
 
-def from_offset(offset: dict[str, Any], since: float | None = None) -> Positions:
-    """The positions of `offset`; with `since`, AT_TIMESTAMP starts are pinned to it (see the module doc)."""
-    positions = {shard: Position.from_json(data) for shard, data in offset.get("shards", {}).items()}
-    if since is None:
-        return positions
-    return {shard: Position(start=p.start, at=since) if p.start == "AT_TIMESTAMP" and p.after is None and not p.done
-            else p for shard, p in positions.items()}
+    def to_read(self) -> list[str]:
+        """The shards this batch reads: not done and not waiting for a parent, in shard order."""
+        return [s for s, p in sorted(self.shards.items()) if not p.done and s not in self.waiting]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "shards": {s: p.to_json() for s, p in sorted(self.shards.items())},
+                "closed": sorted(self.closed), "waiting": sorted(self.waiting)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BatchOffset:
+        if "batch" not in data:
+            raise OffsetFormatError(
+                f"the aws-kinesis offset {data} has no batch number: it was checkpointed by the earlier driver-side "
+                "reader, whose offsets were end positions; start a new checkpoint (to go on where that one ended, "
+                "set kinesis.startingPosition to AT_TIMESTAMP of its last batch)")
+        return cls(int(data["batch"]), {s: Position.from_json(p) for s, p in data.get("shards", {}).items()},
+                   frozenset(data.get("closed", ())), frozenset(data.get("waiting", ())))

@@ -6,8 +6,9 @@ a record's table is read from its DMS metadata (`schema-name`, `table-name`), el
 `<schema>.<table>.<key>` partition key (what the simulator writes, so undecodable records still reach their
 table's dead letters); the Kafka-like topic is `<stream>.<schema>.<table>`. The shard's number is the
 partition; the offset is `batch id << 32 | position in the shard's batch`, ascending with the shard's sequence
-numbers and the same when a batch is replayed; the sequence number itself rides along in `sequence` (into
-`_transport`). `aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until
+numbers and the same when a batch is replayed: the source reads each shard into an input partition of its own,
+in sequence order, and a replay reads the same records, so the position is the row's place in its partition
+(no shuffle to number them). The sequence number itself rides along in `sequence` (into `_transport`). `aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until
 caught up runs back-to-back batches and stops once a trigger finds nothing new.
 """
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 SEQUENCE = "sequence"
 _ROW_BITS = 32
+_METADATA = "metadata struct<`schema-name`: string, `table-name`: string>"
 
 
 class StreamMissing(StageError):
@@ -64,15 +66,21 @@ def check_streams(cfg: PipelineConfig) -> None:
 
 
 def source_options(cfg: PipelineConfig, stream: str) -> dict[str, str]:
+    """The stream's `aws-kinesis` options; the metadata committer's files go to the stage's checkpoint by default
+    (the seed's default; the source itself is not told the checkpoint), through `aws.endpoint_url`."""
     settings, client = cfg.kinesis, client_options(cfg)
     options = {"streamName": stream, "region": client.region, "startingPosition": settings.starting_position,
                "maxFetchRecordsPerShard": str(settings.max_fetch_records_per_shard),
                "getRecords.fetchIntervalMs": str(settings.fetch_interval_ms),
                "failOnDataLoss": str(settings.fail_on_data_loss).lower(),
+               "metadataCommitterType": settings.metadata_committer,
                **{name: value for name, value in (("endpointUrl", client.endpoint_url),
                                                   ("stsRoleArn", client.sts_role_arn),
                                                   ("stsSessionName", client.sts_session_name),
-                                                  ("stsEndpointUrl", client.sts_endpoint_url)) if value},
+                                                  ("stsEndpointUrl", client.sts_endpoint_url),
+                                                  ("metadataEndpointUrl", client.endpoint_url),
+                                                  ("metadataPath", settings.metadata_path or cfg.changelog.checkpoint),
+                                                  ("dynamodb.tableName", settings.dynamodb_table_name)) if value},
                **settings.options}
     return {f"kinesis.{name}": value for name, value in options.items()}
 
@@ -89,24 +97,23 @@ def read(spark: SparkSession, cfg: PipelineConfig) -> DataFrame:
 
 def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     """key, value, topic, partition, offset, timestamp (as the Kafka source has them), and `sequence`."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    def metadata(name: str):
-        return F.get_json_object(F.col("data").cast("string"), f"$.metadata.{name}")
-
+    # one parse of the record for both names; a record that is not JSON has none
+    metadata = F.from_json(F.col("data").cast("string"), _METADATA).getField("metadata")
     key_parts = F.split(F.col("partitionKey"), r"\.", 3)
     from_key = F.when(F.size(key_parts) == 3, F.concat(key_parts[0], F.lit("."), key_parts[1]))
-    table = F.coalesce(F.concat(metadata("schema-name"), F.lit("."), metadata("table-name")), from_key)
-    # KPL user records share their aggregate's sequence number: the bytes settle their order
-    in_shard = Window.partitionBy("shardId").orderBy(F.length("sequenceNumber"), "sequenceNumber", "data")
+    table = F.coalesce(F.concat(metadata.getField("schema-name"), F.lit("."), metadata.getField("table-name")),
+                       from_key)
+    # the low bits of the id count the rows of its input partition: one shard, read in order
+    in_shard = (F.monotonically_increasing_id().bitwiseAND((1 << _ROW_BITS) - 1) + 1)
     return batch.select(
         F.col("partitionKey").cast("binary").alias("key"),
         F.col("data").alias("value"),
         # no table: `<stream>..`, a NoTableName dead letter (tables/names.py), never a table `<stream>_<stream>`
         F.concat("streamName", F.lit("."), F.coalesce(table, F.lit("."))).alias("topic"),
         F.regexp_extract("shardId", r"(\d+)$", 1).cast("int").alias("partition"),
-        (F.lit(batch_id << _ROW_BITS) + F.row_number().over(in_shard)).cast("long").alias("offset"),
+        (F.lit(batch_id << _ROW_BITS) + in_shard).cast("long").alias("offset"),
         F.col("approximateArrivalTimestamp").alias("timestamp"),
         F.col("sequenceNumber").alias(SEQUENCE),
     )
