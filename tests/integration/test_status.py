@@ -4,10 +4,12 @@ checkpoint and Kafka, before and after each stage catches up."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -20,6 +22,7 @@ from pipeline.stages.changelog import ChangelogStage
 from pipeline.stages.mirror import MirrorStage
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions
+from simulators.kinesis import KinesisTransport
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from tests.conftest import REPO, TEST_SETTINGS
@@ -117,3 +120,26 @@ def test_status_of_a_delta_lake(stack, spark, cfg: PipelineConfig, tmp_path: Pat
     assert landed.last_batch_rate and landed.history[-1].lag_seconds is not None
     assert landed.mirror is not None and landed.mirror.pending_commits == 0
     assert "<svg" in as_html(status)
+
+
+def test_status_of_a_kinesis_stream_says_how_old_its_oldest_waiting_record_is(stack, spark, cfg: PipelineConfig,
+                                                                              tmp_path: Path) -> None:
+    prefix = f"sk{uuid.uuid4().hex[:6]}"
+    cfg = cfg.model_copy(update={
+        "changelog": cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(tmp_path / "checkpoint")}),
+        "kinesis": cfg.kinesis.model_copy(update={"streams": [prefix], "fetch_interval_ms": 0})})
+
+    def send(seed: int) -> None:
+        options = SimulationOptions(format="dms-json", events=100, snapshot_rows=10, seed=seed, topic_prefix=prefix)
+        Simulation(options, KinesisTransport(cfg.aws, shards=2), TruthStore(tmp_path / f"{seed}.db"), None).run(
+            progress=False)
+
+    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": cfg.aws.region}
+    with mock.patch.dict(os.environ, keys):  # where the executors' default credential chain looks
+        send(seed=1)
+        ChangelogStage(cfg, spark).run(until_caught_up=True)
+        caught_up = collect(cfg).sources
+        send(seed=2)
+        waiting = collect(cfg).sources
+    assert [(s.transport, s.source, s.records, s.seconds) for s in caught_up] == [("kinesis", prefix, None, 0.0)]
+    assert len(waiting) == 1 and waiting[0].seconds is not None and waiting[0].seconds > 0

@@ -5,12 +5,14 @@ transport itself (never by consuming for the stage: nothing here moves a positio
   of the oldest of them (its record timestamp).
 - S3-SQS: the queue's waiting and in-flight messages (S3 files, not records); SQS does not say how old the
   oldest is (that is a CloudWatch metric), so its age is unknown.
-- Kinesis: the streams the stage reads, with figures unknown (the shard positions live in the source's own
-  checkpoint format).
+- Kinesis: per stream, the age of the oldest record after where the last committed batch read each shard to
+  (the batch's offset in the checkpoint, and the ends its executors recorded in the metadata store); Kinesis
+  cannot count what waits, so the records are unknown.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from pipeline.config.settings import PipelineConfig
 
 WAIT_S = 10.0
+PROBES = 5  # GetRecords calls a shard is followed for its first waiting record
 
 
 class Checkpoint:
@@ -72,7 +75,7 @@ def source_lags(cfg: PipelineConfig) -> list[SourceLag]:
         return kafka_lags(cfg, Checkpoint(str(cfg.changelog.checkpoint), cfg))
     if cfg.changelog.source == "s3-sqs":
         return [sqs_lag(cfg)]
-    return [SourceLag("kinesis", stream, None, None) for stream in cfg.kinesis.streams]
+    return kinesis_lags(cfg, Checkpoint(str(cfg.changelog.checkpoint), cfg))
 
 
 def kafka_lags(cfg: PipelineConfig, checkpoint: Checkpoint) -> list[SourceLag]:
@@ -101,6 +104,52 @@ def kafka_lags(cfg: PipelineConfig, checkpoint: Checkpoint) -> list[SourceLag]:
         return lags
     finally:
         consumer.close()
+
+
+def kinesis_lags(cfg: PipelineConfig, checkpoint: Checkpoint) -> list[SourceLag]:
+    """Per stream: the age of the oldest record not yet landed, from every open shard's position after the last
+    committed batch. The offset log holds one line per stream, in `kinesis.streams` order (the stage's union)."""
+    from pipeline.sources.kinesis.client import Kinesis
+    from pipeline.sources.kinesis.metadata import MetadataCommitter
+    from pipeline.sources.kinesis.options import source_options as parse_options
+    from pipeline.sources.kinesis.positions import BatchOffset, Position
+    from pipeline.stages.changelog.transports.kinesis import client_options, source_options
+
+    batch = checkpoint.last_committed_batch()
+    lines = (checkpoint.read(f"offsets/{batch}") or "").splitlines()[2:] if batch is not None else []
+    kinesis, lags = Kinesis(client_options(cfg)), []
+    for index, stream in enumerate(cfg.kinesis.streams):
+        if index >= len(lines):
+            lags.append(SourceLag("kinesis", stream, None, None))  # nothing landed yet
+            continue
+        offset = BatchOffset.from_json(json.loads(lines[index]))
+        options = parse_options(source_options(cfg, stream))
+        ends = MetadataCommitter(options.metadata).ends(offset.batch)
+        oldest = None
+        for shard in kinesis.call("list_shards", StreamName=stream)["Shards"]:
+            shard_id = shard["ShardId"]
+            position = ends[shard_id].end if shard_id in ends else offset.shards.get(shard_id, Position())
+            if not position.done:
+                arrived = _first_arrival(kinesis, stream, shard_id, position.iterator_args())
+                oldest = arrived if oldest is None or (arrived is not None and arrived < oldest) else oldest
+        lags.append(SourceLag("kinesis", stream, None, time.time() - oldest if oldest is not None else 0.0))
+    return lags
+
+
+def _first_arrival(kinesis, stream: str, shard_id: str, start: dict) -> float | None:  # type: ignore[no-untyped-def]
+    """Epoch seconds the shard's first record from `start` arrived, or None when none is there; an empty answer
+    short of the shard's tip is followed a few times (Kinesis may answer empty while records lie further on)."""
+    iterator = kinesis.call("get_shard_iterator", StreamName=stream, ShardId=shard_id, **start)["ShardIterator"]
+    for _ in range(PROBES):
+        if iterator is None:
+            return None
+        answer = kinesis.call("get_records", ShardIterator=iterator, Limit=1)
+        if answer["Records"]:
+            return answer["Records"][0]["ApproximateArrivalTimestamp"].timestamp()
+        if not answer.get("MillisBehindLatest"):
+            return None
+        iterator = answer.get("NextShardIterator")
+    return None
 
 
 def _timestamp_at(consumer, position) -> int | None:  # type: ignore[no-untyped-def]
