@@ -32,9 +32,10 @@ class KinesisTransport:
     def prepare(self, topics: list[str]) -> None:
         """Create the missing streams (`<database>` of each `<database>.<schema>.<table>`) and wait until active."""
         streams = sorted({topic.split(".")[0] for topic in topics})
-        existing = set(self.kinesis.call("list_streams").get("StreamNames", []))
         for stream in streams:
-            if stream not in existing:
+            try:  # asked of the stream itself: `list_streams` answers a page of 100 streams at most
+                self.kinesis.call("describe_stream_summary", StreamName=stream)
+            except self.kinesis.client.exceptions.ResourceNotFoundException:
                 self.kinesis.call("create_stream", StreamName=stream, ShardCount=self.shards)
             self.kinesis.client.get_waiter("stream_exists").wait(StreamName=stream)
             self._batchers[stream] = RecordBatcher(self.kinesis, stream)
