@@ -7,7 +7,9 @@ Athena reads tables through the Glue Data Catalog, one Glue database per namespa
 - Delta tables are registered the way Athena reads Delta natively: an external table at the table's folder
   with `table_type = 'DELTA'`; Athena takes the columns from the Delta log. With `lake.delta_glue` the
   stages have registered them already (`tables/glue_delta.py`).
-- The views of `tables/views.py`, transpiled into Athena's dialect.
+- The views of `tables/views.py`, transpiled into Athena's dialect. A mirror in the pending layout is two Iceberg
+  tables (format version 2, which Athena reads), its base and its pending changes, and its views are the overlay
+  of the two (`max_by` over a row, as Trino spells it): Athena reads the current state from the views.
 - Time travel examples on Iceberg tables, pinned to the current snapshot (Athena has no Delta time travel).
 """
 
@@ -38,6 +40,8 @@ class Statement:
 
 def athena_statements(cfg: PipelineConfig, spark: SparkSession) -> list[Statement]:
     namespaces = (cfg.changelog.namespace, cfg.mirror.namespace)
+    if cfg.lake.format == "iceberg":
+        namespaces += (cfg.mirror.pending_namespace,)
     statements = [Statement(f"Glue database of the {ns} tables", f"CREATE DATABASE IF NOT EXISTS {quote(ns)}")
                   for ns in namespaces]
     for namespace in namespaces:

@@ -1,0 +1,122 @@
+"""The pending layout of an Iceberg mirror: a base table, folded now and then, and the changes merged since.
+
+A MERGE into a mirror reads the mirror to find the rows its changes replace, so its cost grows with the
+table: with keys spread at random, a few changes touch every file. In this layout a mirror run reads none of
+the mirror: it appends its changes, reduced to one per key, to `<mirror.pending_namespace>.<table>`
+(cost: the changes), with the watermark in the same commit. The current state is the overlay of the two
+(`cdc.merge.overlay_sql`), which the mirror's views and every reader of `mirror_state` see; `fold` (run by
+`pipeline maintain`) writes the overlay of the pending keys into the base and removes them from pending, so the
+overlay stays small. A table is in this layout when its pending table exists. Its base has one more column, `_unchanged`: the
+columns whose value no change has carried yet (TOAST placeholders, a delete of a key never seen), so a late
+change can still supply them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
+from pipeline.config.settings import PipelineConfig
+from tables.lake import ICEBERG_PROPERTY_CONF, IcebergLakeTable, LakeTable, lake_table, session_conf
+from tables.names import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger(__name__)
+
+WATERMARK = "pipeline.mirror.changelog-commit"  # commit metadata: the changelog commit a mirror merged through
+
+
+def pending_table(cfg: PipelineConfig, spark: SparkSession, name: str) -> IcebergLakeTable | None:
+    """The pending table of mirror `name`, when the mirror is in the pending layout (Iceberg only)."""
+    if cfg.lake.format != "iceberg":
+        return None
+    table = IcebergLakeTable(spark, name, cfg.mirror.pending_namespace, cfg)
+    return table if table.exists() else None
+
+
+def pending_columns(cfg: PipelineConfig, spark: SparkSession, name: str) -> list[str] | None:
+    """The columns of mirror `name` when it is in the pending layout (what its overlay lists), else None."""
+    if pending_table(cfg, spark, name) is None:
+        return None
+    return state_columns(lake_table(cfg, spark, cfg.mirror.namespace, name))
+
+
+def state_columns(base: LakeTable) -> list[str]:
+    """The columns of a mirror's state: the base's, without `_unchanged` (what the overlay resolves)."""
+    return [f.name for f in base.fields() if f.name != UNCHANGED]
+
+
+def create_pending(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, like: DataFrame) -> IcebergLakeTable:
+    """An empty pending table with the base's columns and `_unchanged`. Unpartitioned: an append writes one file
+    per task instead of shuffling the changes into the base's partitions, and a lookup reads a few small files."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, cfg.mirror.pending_namespace)}")
+    table = IcebergLakeTable(spark, base.name, cfg.mirror.pending_namespace, cfg)
+    table.create(with_unchanged(like), [], "copy-on-write")
+    return table
+
+
+def with_unchanged(changes: DataFrame) -> DataFrame:
+    """`changes` with an `_unchanged` column (null: every column carried), as the pending table has it."""
+    from pyspark.sql import functions as F
+
+    return changes if UNCHANGED in changes.columns else changes.withColumn(UNCHANGED, F.lit(None).cast("array<string>"))
+
+
+def append_pending(pending: IcebergLakeTable, changes: DataFrame, metadata: dict[str, str]) -> None:
+    """Append reduced changes to a pending table, with `metadata` in the same commit. A column the changes lack
+    (one the source no longer sends) is listed in `_unchanged`: the row keeps its last value, as in a MERGE."""
+    from pyspark.sql import functions as F
+
+    changes = with_unchanged(changes)
+    fields = pending.fields()
+    missing = [f.name for f in fields if f.name not in changes.columns]
+    if missing:
+        listed = F.array(*[F.lit(name) for name in missing])
+        changes = changes.withColumn(UNCHANGED, F.array_union(F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>")), listed))
+    aligned = changes.select(*[F.col(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                               for f in fields])
+    with session_conf(pending.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+        aligned.writeTo(pending.ref).append()
+
+
+def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> dict[str, str]:
+    """The identifiers `overlay_sql` and `resolved_sql` take, each table optionally pinned (`VERSION AS OF n`)."""
+    return {"table": base.ref, "pending": f"{pending.ref} {pinned}".strip()}
+
+
+def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFrame:
+    """The current state of mirror `name`, soft-deleted rows included, whatever its layout."""
+    base = lake_table(cfg, spark, cfg.mirror.namespace, name)
+    pending = pending_table(cfg, spark, name)
+    if pending is None:
+        return base.read()
+    body = overlay_sql(state_columns(base), cfg.mirror.key_columns(name), cfg.mirror.delete_mode)
+    return spark.sql(body.format(**overlay_refs(base, pending)))
+
+
+def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
+    """Write the pending changes of mirror `name` into its base and remove them from pending; the number of keys
+    folded. Safe to repeat and to crash in: a change left in pending after its fold resolves to the same row."""
+    base, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
+    if pending is None:
+        return 0
+    # Read before the commit it is carried past: a change appended in between is folded by the next fold.
+    merged = pending.commit_metadata(WATERMARK)
+    through = pending.commit_id()
+    if through is None:
+        return 0
+    keys, columns = cfg.mirror.key_columns(name), state_columns(base)
+    pinned = overlay_refs(base, pending, f"VERSION AS OF {through}")
+    resolved = spark.sql(resolved_sql(columns, keys).format(**pinned)).localCheckpoint()
+    count = resolved.count()
+    if count:
+        # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
+        base.merge(resolved, fold_clauses([*columns, UNCHANGED], keys, cfg.mirror.delete_mode),
+                   {WATERMARK: merged[1]} if merged else {})
+        pending.remove_files_of(through)
+    log.info("mirror.folded", table=base.ref, keys=count, pending_commit=through)
+    return count
