@@ -42,6 +42,15 @@ STORAGE_PARTITIONED_JOIN = {
     "spark.sql.iceberg.planning.preserve-data-grouping": "true",
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
 }
+
+
+def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
+    """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
+    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
+    bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
+    return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
+
+
 DELTA_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -192,6 +201,23 @@ class IcebergLakeTable:
         with session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
             self.spark.sql(merge_sql(self.ref, quote(view), clauses))
         self.spark.catalog.dropTempView(view)
+
+    def commit_time(self, commit: int) -> str | None:
+        """When commit `commit` of this table was made (UTC, milliseconds, as `TIMESTAMP AS OF` takes it)."""
+        from datetime import datetime, timezone
+
+        snapshot = self._metadata().snapshot(commit)
+        if snapshot is None:
+            return None
+        moment = datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc)
+        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+    def has_commit_by(self, moment: str) -> bool:
+        """Whether the table had a commit at or before `moment` (a UTC timestamp)."""
+        from datetime import datetime, timezone
+
+        millis = datetime.fromisoformat(moment).replace(tzinfo=timezone.utc).timestamp() * 1000
+        return any(s.timestampMillis() <= millis for s in self._metadata().snapshots().iterator())
 
     def remove_files_of(self, commit: int) -> int:
         """Remove every data file the table had at `commit` in one commit, and none added after it; how many.

@@ -19,7 +19,7 @@ import structlog
 
 from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
-from tables.lake import ICEBERG_PROPERTY_CONF, IcebergLakeTable, LakeTable, lake_table, session_conf
+from tables.lake import ICEBERG_PROPERTY_CONF, IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
 from tables.names import quote
 
 if TYPE_CHECKING:
@@ -98,6 +98,42 @@ def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFra
     return spark.sql(body.format(**overlay_refs(base, pending)))
 
 
+def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_of: str) -> DataFrame:
+    """The state of mirror `name` at a lake commit: a snapshot id of its base or pending table, or a
+    timestamp. Both tables are read as of that time (the commit's time for an id), so the overlay is the
+    one readers saw then."""
+    base, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
+    assert isinstance(base, IcebergLakeTable) and pending is not None
+    moment = as_of
+    if as_of.isdigit():
+        found = base.commit_time(int(as_of)) or pending.commit_time(int(as_of))
+        if found is None:
+            raise ValueError(f"no commit {as_of} in {base.ref} or {pending.ref}: use one of their snapshot ids "
+                             "(`SELECT * FROM <table>.snapshots`) or a timestamp")
+        moment = found
+    pinned = f"TIMESTAMP AS OF '{moment}'"
+    if not pending.has_commit_by(moment):  # the mirror took this layout later: its base alone was the state
+        return base.read(moment).drop(UNCHANGED)
+    refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}
+    body = overlay_sql(state_columns(base), cfg.mirror.key_columns(name), cfg.mirror.delete_mode)
+    return spark.sql(body.format(**refs))
+
+
+def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: DataFrame,
+               metadata: dict[str, str]) -> None:
+    """The first build of a mirror in this layout: `changes` resolved as a fold resolves them (against the
+    empty base) and appended to the base, with `metadata` in the same commit. Nothing goes through pending."""
+    view = f"building_{base.name}"
+    with_unchanged(changes).createOrReplaceTempView(view)
+    keys, columns = cfg.mirror.key_columns(base.name), state_columns(base)
+    resolved = spark.sql(resolved_sql(columns, keys).format(table=base.ref, pending=quote(view)))
+    if cfg.mirror.delete_mode == "hard":
+        resolved = resolved.where("NOT _is_deleted")
+    with session_conf(spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+        resolved.writeTo(base.ref).append()
+    spark.catalog.dropTempView(view)
+
+
 def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     """Write the pending changes of mirror `name` into its base and remove them from pending; the number of keys
     folded. Safe to repeat and to crash in: a change left in pending after its fold resolves to the same row."""
@@ -115,8 +151,9 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     count = resolved.count()
     if count:
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
-        base.merge(resolved, fold_clauses([*columns, UNCHANGED], keys, cfg.mirror.delete_mode),
-                   {WATERMARK: merged[1]} if merged else {})
+        with session_conf(spark, merge_join_conf(cfg, name, keys)):
+            base.merge(resolved, fold_clauses([*columns, UNCHANGED], keys, cfg.mirror.delete_mode),
+                       {WATERMARK: merged[1]} if merged else {})
         pending.remove_files_of(through)
     log.info("mirror.folded", table=base.ref, keys=count, pending_commit=through)
     return count

@@ -23,9 +23,9 @@ from cdc.validate import ChangeError, check_changes, check_key_types
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
-from tables.lake import STORAGE_PARTITIONED_JOIN, LakeTable, lake_table, session_conf, table_names
+from tables.lake import LakeTable, lake_table, merge_join_conf, session_conf, table_names
 from tables.names import quote
-from tables.pending import (WATERMARK, append_pending, create_pending, fold, mirror_state, pending_columns,
+from tables.pending import (WATERMARK, append_pending, build_base, create_pending, fold, mirror_state, pending_columns,
                             pending_table, with_unchanged)
 from tables.views import replace_views, table_views
 
@@ -171,10 +171,10 @@ class MirrorStage:
             if reshaped:
                 self._replace_views(name, keys, source)
             metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
-            if pending is not None:  # every change, not one per key: the overlay orders them as the source did
+            if pending is not None and building:
+                build_base(self.cfg, self.spark, target, rows, metadata)
+            elif pending is not None:  # every change, not one per key: the overlay orders them as the source did
                 append_pending(pending, rows, metadata)
-                if building:  # the first build: the base takes it at once
-                    fold(self.cfg, self.spark, name)
             else:
                 reduced = rows if totals.truncates else latest_per_key(rows, keys).localCheckpoint()
                 with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):
@@ -218,13 +218,6 @@ class MirrorStage:
         columns = [f.name for f in source.fields()]
         views = table_views(self.cfg, name, keys, columns, pending_columns(self.cfg, self.spark, name))
         replace_views(self.spark, self.cfg.catalog.name, views)
-
-
-def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
-    """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
-    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
-    bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
-    return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
 
 
 def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:

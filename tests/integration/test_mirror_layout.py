@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.maintain import maintain_lake
+from pipeline.ops.timetravel import query
 from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
 from tables.append import IcebergAppender
 from tables.lake import lake_table
@@ -127,6 +128,8 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
         assert _state(mirror_state(cfg, spark, name)) == expected, f"after batch {number}"
         view = f"{cfg.catalog.name}.{cfg.mirror.namespace}.{name}{cfg.mirror.view_suffix}"
         assert _state(spark.table(view)) == {k: r for k, r in expected.items() if not r["_is_deleted"]}
+        if number == 2:  # a state that lives in the pending table, for time travel below
+            then = (pending.commit_id(), expected)
         if number == 3:
             assert fold(cfg, spark, name) > 0  # a fold in the middle changes nothing a reader sees
             assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
@@ -142,6 +145,9 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
     assert _state(base) == expected  # folded: the base itself holds the current state
     assert base.count() == base.select("id").distinct().count()  # partition moves left no stale copy
     assert all(r.changes == 0 for r in stage.run_once())  # the watermark survived the fold and the expiry
+    # Time travel to a pending commit: the base and the pending table as they were then.
+    past = query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{name}", as_of=str(then[0]))
+    assert _state(past) == then[1]
 
 
 def test_switching_back_to_the_merge_layout_folds_the_pending_changes_first(cfg: PipelineConfig, spark) -> None:
