@@ -22,6 +22,7 @@ from pipeline.config.settings import PipelineConfig
 from tables.glue_delta import s3_location
 from tables.lake import table_names
 from tables.names import quote, sql_string
+from tables.pending import pending_table
 from tables.views import lake_views
 
 if TYPE_CHECKING:
@@ -80,11 +81,13 @@ def _time_travel_examples(cfg: PipelineConfig, spark: SparkSession, name: str) -
     if current is None:
         return []
     table = quote(cfg.mirror.namespace, name, mark='"')  # Athena quotes with backticks in DDL, double quotes in queries
+    # In the pending layout the table is the base: a past commit of it is the state as of a fold.
+    base = ", the state its last fold wrote" if pending_table(cfg, spark, name) is not None else ""
     at = current["committed_at"].strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return [
-        Statement(f"{cfg.mirror.namespace}.{name} as of a time (its latest commit)",
+        Statement(f"{cfg.mirror.namespace}.{name} as of a time (its latest commit{base})",
                   f"SELECT * FROM {table} FOR TIMESTAMP AS OF TIMESTAMP '{at} UTC' WHERE NOT \"_is_deleted\""),
-        Statement(f"{cfg.mirror.namespace}.{name} as of a snapshot id (its latest commit)",
+        Statement(f"{cfg.mirror.namespace}.{name} as of a snapshot id (its latest commit{base})",
                   f"SELECT * FROM {table} FOR VERSION AS OF {current['snapshot_id']} WHERE NOT \"_is_deleted\""),
     ]
 

@@ -38,7 +38,8 @@ POSITION = "_seq.source_major"  # the source's commit position (commit LSN, DMS 
 # Commit conflicts of optimistic concurrency, by exception class: a concurrent writer won; retrying is safe.
 CONFLICTS = ("ValidationException", "CommitFailedException", "AlreadyExistsException", "ConcurrentAppendException",
              "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "MetadataChangedException",
-             "ConcurrentTransactionException", "ProtocolChangedException", "DELTA_PATH_EXISTS")
+             "ConcurrentTransactionException", "ProtocolChangedException", "DELTA_PATH_EXISTS",
+             "TABLE_OR_VIEW_ALREADY_EXISTS")
 
 
 class MirrorError(RuntimeError):

@@ -218,7 +218,7 @@ def test_concurrent_merges_of_one_table_leave_it_correct(landed, spark) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
+    assert errors == [], [str(error)[:2000] for error in errors]
     _assert_equal_to_truth(cfg, spark, truth, source.tables())
     for table in source.tables():
         _single_row_per_key(cfg, spark, table)
