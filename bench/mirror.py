@@ -8,7 +8,8 @@ way (rebuild the state from the whole changelog with a window function and overw
 time at the largest size over its time at the smallest.
 
 The product's default settings (`mirror.layout`, `mirror.write_mode`); the mirror is bucketed by its key, as a
-data engineer lays out a large mirror served by key (`--partition-by`, '' for none). Needs no services: the
+data engineer lays out a large mirror served by key (`--partition-by`, '' for none; Delta takes columns only:
+`--set lake.format=delta --partition-by ''`, with `--set mirror.write_mode=merge-on-read` for deletion vectors). Needs no services: the
 changelog is synthesised in Spark in a throw-away folder. Usage:
 bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
 Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
@@ -31,7 +32,8 @@ from pipeline.config.settings import load_config  # noqa: E402
 from pipeline.runtime import logs  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stages.mirror import MirrorStage  # noqa: E402
-from tables.append import IcebergAppender  # noqa: E402
+from tables.append import Appender, DeltaAppender, IcebergAppender  # noqa: E402
+from tables.lake import lake_table  # noqa: E402
 
 TABLE = "bench_artists"
 PARTITION_BY = "bucket(16, artist_id)"  # how a data engineer lays out a large mirror that is merged into by key
@@ -93,7 +95,9 @@ def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
     """Figures at one size, in a namespace pair of its own: append and merge per distribution, and the rebuild."""
     changelog = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {changelog}")
-    appender, stage = IcebergAppender(spark, changelog), MirrorStage(cfg, spark)
+    appender: Appender = (DeltaAppender(spark, f"{cfg.lake.delta_root}/{cfg.changelog.namespace}")
+                          if cfg.lake.format == "delta" else IcebergAppender(spark, changelog))
+    stage = MirrorStage(cfg, spark)
     timed(f"{short(rows)}: changelog load of {rows:,} rows", lambda: appender.append(changes(spark, rows, 0, 0, 0), TABLE, "bench", 0))
     timed(f"{short(rows)}: mirror build", lambda: stage.merge_table(TABLE))
     figures, next_key = {}, rows
@@ -104,10 +108,18 @@ def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
         next_key += count
         figures[f"merge {distribution}"] = timed(f"{short(rows)}: mirror merge of {short(count)} ({distribution})",
                                                  lambda: stage.merge_table(TABLE))
-    figures["rebuild"] = timed(f"{short(rows)}: naive rebuild from the changelog", lambda: (
-        latest_per_key(spark.table(f"{changelog}.{TABLE}"), ["artist_id"])
-        .writeTo(f"{cfg.catalog.name}.{cfg.mirror.namespace}.{TABLE}_rebuilt").createOrReplace()))
+    figures["rebuild"] = timed(f"{short(rows)}: naive rebuild from the changelog", lambda: rebuild(spark, cfg))
     return figures
+
+
+def rebuild(spark, cfg) -> None:
+    """The naive way: the newest change per key of the whole changelog, overwriting a table of its own."""
+    state = latest_per_key(lake_table(cfg, spark, cfg.changelog.namespace, TABLE).read(), ["artist_id"])
+    if cfg.lake.format == "delta":
+        state.write.format("delta").mode("overwrite").save(f"{cfg.lake.delta_root}/{cfg.mirror.namespace}/rebuilt")
+    else:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{cfg.mirror.namespace}")
+        state.writeTo(f"{cfg.catalog.name}.{cfg.mirror.namespace}.{TABLE}_rebuilt").createOrReplace()
 
 
 def main() -> None:
@@ -124,9 +136,10 @@ def main() -> None:
         settings = [f"home={home}", f"jars={REPO / '.pipeline' / 'jars'}", f"mirror.keys.{TABLE}=artist_id",
                     f"mirror.tables={TABLE}", f"mirror.partition_by.{TABLE}={args.partition_by}", *args.overrides]
         spark = get_spark(load_config(overrides=settings))
-        defaults = load_config(overrides=settings).mirror
-        print(f"mirror bench: sizes {sizes}, {args.changes:,} changes per merge, layout {defaults.layout}, "
-              f"write mode {defaults.write_mode}, partitioned by {args.partition_by or 'nothing'}, "
+        defaults = load_config(overrides=settings)
+        layout = defaults.mirror.layout if defaults.lake.format == "iceberg" else "merge"
+        print(f"mirror bench: {defaults.lake.format}, sizes {sizes}, {args.changes:,} changes per merge, layout "
+              f"{layout}, write mode {defaults.mirror.write_mode}, partitioned by {args.partition_by or 'nothing'}, "
               f"master {spark.sparkContext.master}", flush=True)
         for rows in sizes:
             cfg = load_config(overrides=[*settings, f"changelog.namespace=changelog_{short(rows)}",

@@ -198,7 +198,7 @@ class IcebergLakeTable:
         still reads an Iceberg table of the same catalog ("No plan for TableReference")."""
         view = f"changes_{self.name}"
         source.createOrReplaceTempView(view)
-        with session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+        with session_conf(self.spark, snapshot_properties(metadata)):
             self.spark.sql(merge_sql(self.ref, quote(view), clauses))
         self.spark.catalog.dropTempView(view)
 
@@ -246,6 +246,11 @@ class IcebergLakeTable:
         table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.ref)  # type: ignore[attr-defined]
         table.refresh()
         return table
+
+
+def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:
+    """Session settings that put `metadata` into the summary of the session's next Iceberg commit."""
+    return {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}
 
 
 @contextmanager

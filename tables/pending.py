@@ -2,13 +2,13 @@
 
 A MERGE into a mirror reads the mirror to find the rows its changes replace, so its cost grows with the
 table: with keys spread at random, a few changes touch every file. In this layout a mirror run reads none of
-the mirror: it appends its changes, reduced to one per key, to `<mirror.pending_namespace>.<table>`
+the mirror: it appends its changes (every one, not one per key) to `<mirror.pending_namespace>.<table>`
 (cost: the changes), with the watermark in the same commit. The current state is the overlay of the two
 (`cdc.merge.overlay_sql`), which the mirror's views and every reader of `mirror_state` see; `fold` (run by
 `pipeline maintain`) writes the overlay of the pending keys into the base and removes them from pending, so the
-overlay stays small. A table is in this layout when its pending table exists. Its base has one more column, `_unchanged`: the
-columns whose value no change has carried yet (TOAST placeholders, a delete of a key never seen), so a late
-change can still supply them.
+overlay stays small. A table is in this layout when its pending table exists. Its base has one more column,
+`_unchanged`: the columns whose value no change has carried yet (TOAST placeholders, a delete of a key never
+seen), so a late change can still supply them. The design and its measurements: docs/mirror.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import structlog
 
 from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
-from tables.lake import ICEBERG_PROPERTY_CONF, IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
+from tables.lake import (IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf,
+                         snapshot_properties)
 from tables.names import quote
 
 if TYPE_CHECKING:
@@ -67,20 +68,21 @@ def with_unchanged(changes: DataFrame) -> DataFrame:
 
 
 def append_pending(pending: IcebergLakeTable, changes: DataFrame, metadata: dict[str, str]) -> None:
-    """Append reduced changes to a pending table, with `metadata` in the same commit. A column the changes lack
-    (one the source no longer sends) is listed in `_unchanged`: the row keeps its last value, as in a MERGE."""
+    """Append changes to a pending table, with `metadata` in the same commit. A column the changes lack (one
+    the source no longer sends) is listed in `_unchanged`: the row keeps its last value, as in a MERGE."""
     from pyspark.sql import functions as F
 
     changes = with_unchanged(changes)
     fields = pending.fields()
     missing = [f.name for f in fields if f.name not in changes.columns]
     if missing:
-        listed = F.array(*[F.lit(name) for name in missing])
-        changes = changes.withColumn(UNCHANGED, F.array_union(F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>")), listed))
+        known = F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>"))
+        changes = changes.withColumn(UNCHANGED, F.array_union(known, F.array(*[F.lit(name) for name in missing])))
     aligned = changes.select(*[F.col(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
                                for f in fields])
-    with session_conf(pending.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+    with session_conf(pending.spark, snapshot_properties(metadata)):
         aligned.writeTo(pending.ref).append()
+
 
 
 def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> dict[str, str]:
@@ -129,7 +131,7 @@ def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, change
     resolved = spark.sql(resolved_sql(columns, keys).format(table=base.ref, pending=quote(view)))
     if cfg.mirror.delete_mode == "hard":
         resolved = resolved.where("NOT _is_deleted")
-    with session_conf(spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+    with session_conf(spark, snapshot_properties(metadata)):
         resolved.writeTo(base.ref).append()
     spark.catalog.dropTempView(view)
 
