@@ -46,6 +46,15 @@ def pending_columns(cfg: PipelineConfig, spark: SparkSession, name: str) -> list
     return state_columns(lake_table(cfg, spark, cfg.mirror.namespace, name))
 
 
+def overlay_keys(cfg: PipelineConfig, name: str) -> list[str]:
+    """The key columns the overlay of mirror `name` matches rows by; an error naming the setting when unset."""
+    keys = cfg.mirror.key_columns(name)
+    if not keys:
+        raise ValueError(f"mirror {name} is in the pending layout and its state is resolved by key: set "
+                         f"mirror.keys.{name} = '<column>[,<column>…]'")
+    return keys
+
+
 def state_columns(base: LakeTable) -> list[str]:
     """The columns of a mirror's state: the base's, without `_unchanged` (what the overlay resolves)."""
     return [f.name for f in base.fields() if f.name != UNCHANGED]
@@ -96,7 +105,7 @@ def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFra
     pending = pending_table(cfg, spark, name)
     if pending is None:
         return base.read()
-    body = overlay_sql(state_columns(base), cfg.mirror.key_columns(name), cfg.mirror.delete_mode)
+    body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
     return spark.sql(body.format(**overlay_refs(base, pending)))
 
 
@@ -117,7 +126,7 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
     if not pending.has_commit_by(moment):  # the mirror took this layout later: its base alone was the state
         return base.read(moment).drop(UNCHANGED)
     refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}
-    body = overlay_sql(state_columns(base), cfg.mirror.key_columns(name), cfg.mirror.delete_mode)
+    body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
     return spark.sql(body.format(**refs))
 
 
@@ -127,7 +136,7 @@ def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, change
     empty base) and appended to the base, with `metadata` in the same commit. Nothing goes through pending."""
     view = f"building_{base.name}"
     with_unchanged(changes).createOrReplaceTempView(view)
-    keys, columns = cfg.mirror.key_columns(base.name), state_columns(base)
+    keys, columns = overlay_keys(cfg, base.name), state_columns(base)
     resolved = spark.sql(resolved_sql(columns, keys).format(table=base.ref, pending=quote(view)))
     if cfg.mirror.delete_mode == "hard":
         resolved = resolved.where("NOT _is_deleted")
@@ -147,7 +156,7 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     through = pending.commit_id()
     if through is None:
         return 0
-    keys, columns = cfg.mirror.key_columns(name), state_columns(base)
+    keys, columns = overlay_keys(cfg, name), state_columns(base)
     pinned = overlay_refs(base, pending, f"VERSION AS OF {through}")
     resolved = spark.sql(resolved_sql(columns, keys).format(**pinned)).localCheckpoint()
     count = resolved.count()

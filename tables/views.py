@@ -110,18 +110,26 @@ def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec
         spark.sql(view.spark_ddl(catalog))
 
 
+def _no_key(table: str, view: str) -> None:
+    log.warning("views.no_key", table=table, skipped=view, fix=f"set mirror.keys.{table} = '<column>[,<column>…]'")
+
+
 def lake_views(cfg: PipelineConfig, spark: SparkSession) -> list[ViewSpec]:
     """Every view of the lake: two per mirror, and the latest-change view of each changelog table whose key
     is configured (`mirror.keys.<table>`)."""
-    views = [view for name in table_names(cfg, spark, cfg.mirror.namespace)
-             for view in mirror_views(cfg, name, pending_columns(cfg, spark, name))]
+    views = []
+    for name in table_names(cfg, spark, cfg.mirror.namespace):
+        overlay = pending_columns(cfg, spark, name)
+        if overlay is not None and not cfg.mirror.key_columns(name):  # the overlay matches rows by key
+            _no_key(name, f"{name}{cfg.mirror.view_suffix}")
+            continue
+        views += mirror_views(cfg, name, overlay)
     for name in table_names(cfg, spark, cfg.changelog.namespace):
         if name == cfg.changelog.dead_letter_table:
             continue
         keys = cfg.mirror.key_columns(name)
         if not keys:
-            log.warning("views.no_key", table=name, skipped=f"{name}{cfg.mirror.latest_view_suffix}",
-                        fix=f"set mirror.keys.{name} = '<column>[,<column>…]'")
+            _no_key(name, f"{name}{cfg.mirror.latest_view_suffix}")
             continue
         columns = [f.name for f in lake_table(cfg, spark, cfg.changelog.namespace, name).fields()]
         views.append(latest_change_view(cfg, name, keys, columns))

@@ -28,8 +28,10 @@ def maintain_lake(cfg: PipelineConfig, spark: SparkSession, tables: Sequence[str
     reports = []
     for name in tables or table_names(cfg, spark, cfg.changelog.namespace):
         mirror, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
-        if pending is not None:
+        if pending is not None and cfg.mirror.key_columns(name):
             fold(cfg, spark, name)
+        elif pending is not None:
+            log.warning("maintain.not_folded", table=name, fix=f"set mirror.keys.{name} (the fold resolves by key)")
         # The watermark is in the pending table's commits once it has one, else in the mirror's.
         marked = [(table, table.commit_metadata(WATERMARK)) for table in (pending, mirror)
                   if table is not None and table.exists()]
