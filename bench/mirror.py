@@ -1,12 +1,19 @@
-"""Mirror merge cost against table size: build an N-row mirror, then merge batches of 100k and 1M changes
-(70% updates, 20% inserts, 10% deletes) and time each; in the same run, time the naive way at that size
-(rebuild the state from the whole changelog with a window function and overwrite) -> ratio.
+"""Mirror merge cost against table size: does a mirror run cost what its changes cost, or what the table costs?
 
-Needs no services: the changelog is synthesised in Spark in a throw-away folder. The mirror is bucketed by its
-key (`--partition-by`; '' for none), so a MERGE joins bucket by bucket and shuffles only the changes. Usage:
-bench/mirror.py [--rows 10000000] [--batches 100000,1000000] [--write-mode copy-on-write]
-                [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
-Ends with: `mirror: <changes> changes into <rows> rows in <s> s, <ratio>x faster than a full rebuild (<s> s)`.
+For each size (1M and 10M rows by default) it loads a changelog of that many inserts, builds the mirror, then
+merges 100k changes (70% updates, 20% inserts, 10% deletes) twice: keys uniform at random over the table, and
+keys skewed to recent rows (80% of the updates and deletes hit the newest 5% of the keys). Each merge is
+compared with the changelog append of the same changes (timed in the same run), and each size with the naive
+way (rebuild the state from the whole changelog with a window function and overwrite). Growth is the merge's
+time at the largest size over its time at the smallest.
+
+The product's default settings (`mirror.layout`, `mirror.write_mode`); the mirror is bucketed by its key, as a
+data engineer lays out a large mirror served by key (`--partition-by`, '' for none; Delta takes columns only:
+`--set lake.format=delta --partition-by ''`, with `--set mirror.write_mode=merge-on-read` for deletion vectors). Needs no services: the
+changelog is synthesised in Spark in a throw-away folder. Usage:
+bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
+Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
+<x> (skewed)`.
 """
 
 from __future__ import annotations
@@ -21,20 +28,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from cdc.merge import latest_per_key  # noqa: E402
-from pipeline.runtime import logs  # noqa: E402
 from pipeline.config.settings import load_config  # noqa: E402
-from pipeline.stages.mirror import MirrorStage  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402
-from tables.append import IcebergAppender  # noqa: E402
+from pipeline.stages.mirror import MirrorStage  # noqa: E402
+from tables.append import Appender, DeltaAppender, IcebergAppender  # noqa: E402
+from tables.lake import lake_table  # noqa: E402
 
 TABLE = "bench_artists"
 PARTITION_BY = "bucket(16, artist_id)"  # how a data engineer lays out a large mirror that is merged into by key
 NATIONALITIES = "array('American','French','German','British','Japanese','Spanish','Italian','Mexican')"
+DISTRIBUTIONS = ("uniform", "skewed")
 
 
-def changes(spark, count: int, batch: int, live_keys: int, first_new_key: int):
+def changes(spark, count: int, batch: int, live_keys: int, first_new_key: int, skewed: bool = False):
     """`count` canonical change records: the initial load (batch 0) inserts keys [0, count); later batches
-    update and delete random live keys and insert new keys from `first_new_key`."""
+    update and delete live keys (uniform over [0, live_keys), or `skewed`: 80% of them in the newest 5%) and
+    insert new keys from `first_new_key`."""
     from pyspark.sql import functions as F
 
     rows = spark.range(count).withColumn("r", F.rand(seed=batch))
@@ -42,8 +52,13 @@ def changes(spark, count: int, batch: int, live_keys: int, first_new_key: int):
         op, key = F.lit("r"), F.col("id")
     else:
         op = F.when(F.col("r") < 0.7, "u").when(F.col("r") < 0.9, "c").otherwise("d")
-        key = F.when(op == "c", F.col("id") + first_new_key).otherwise(
-            (F.rand(seed=batch + 1000) * live_keys).cast("long"))
+        spread = F.rand(seed=batch + 1000)
+        existing = (spread * live_keys).cast("long")
+        if skewed:
+            recent = int(live_keys * 0.95)
+            existing = F.when(F.rand(seed=batch + 2000) < 0.8, F.lit(recent) + (spread * (live_keys - recent)).cast("long")
+                              ).otherwise(existing)
+        key = F.when(op == "c", F.col("id") + first_new_key).otherwise(existing)
     return rows.select(
         key.alias("artist_id"),
         F.concat(F.lit("Artist "), F.col("id").cast("string"), F.lit(f" v{batch}")).alias("name"),
@@ -68,47 +83,80 @@ def timed(label: str, action) -> float:
     result = action()
     seconds = time.perf_counter() - started
     detail = f"  ({result.line()})" if hasattr(result, "line") else ""
-    print(f"{label:<34} {seconds:8.1f} s{detail}", flush=True)
+    print(f"{label:<44} {seconds:8.1f} s{detail}", flush=True)
     return seconds
+
+
+def short(count: int) -> str:
+    return f"{count // 1_000_000}M" if count % 1_000_000 == 0 else f"{count // 1000}k"
+
+
+def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
+    """Figures at one size, in a namespace pair of its own: append and merge per distribution, and the rebuild."""
+    changelog = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {changelog}")
+    appender: Appender = (DeltaAppender(spark, f"{cfg.lake.delta_root}/{cfg.changelog.namespace}")
+                          if cfg.lake.format == "delta" else IcebergAppender(spark, changelog))
+    stage = MirrorStage(cfg, spark)
+    timed(f"{short(rows)}: changelog load of {rows:,} rows", lambda: appender.append(changes(spark, rows, 0, 0, 0), TABLE, "bench", 0))
+    timed(f"{short(rows)}: mirror build", lambda: stage.merge_table(TABLE))
+    figures, next_key = {}, rows
+    for number, distribution in enumerate(DISTRIBUTIONS, start=1):
+        batch = changes(spark, count, number, rows, next_key, skewed=distribution == "skewed")
+        figures[f"append {distribution}"] = timed(f"{short(rows)}: changelog append of {short(count)} ({distribution})",
+                                                  lambda: appender.append(batch, TABLE, "bench", number))
+        next_key += count
+        figures[f"merge {distribution}"] = timed(f"{short(rows)}: mirror merge of {short(count)} ({distribution})",
+                                                 lambda: stage.merge_table(TABLE))
+    figures["rebuild"] = timed(f"{short(rows)}: naive rebuild from the changelog", lambda: rebuild(spark, cfg))
+    return figures
+
+
+def rebuild(spark, cfg) -> None:
+    """The naive way: the newest change per key of the whole changelog, overwriting a table of its own."""
+    state = latest_per_key(lake_table(cfg, spark, cfg.changelog.namespace, TABLE).read(), ["artist_id"])
+    if cfg.lake.format == "delta":
+        state.write.format("delta").mode("overwrite").save(f"{cfg.lake.delta_root}/{cfg.mirror.namespace}/rebuilt")
+    else:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{cfg.mirror.namespace}")
+        state.writeTo(f"{cfg.catalog.name}.{cfg.mirror.namespace}.{TABLE}_rebuilt").createOrReplace()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--batches", default="100000,1000000", help="change counts to merge, comma-separated")
-    parser.add_argument("--write-mode", default="copy-on-write", choices=["copy-on-write", "merge-on-read"])
+    parser.add_argument("--sizes", default="1000000,10000000", help="mirror sizes in rows, comma-separated")
+    parser.add_argument("--changes", type=int, default=100_000, help="changes per merge")
     parser.add_argument("--partition-by", default=PARTITION_BY, help="the mirror's partition fields")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logs.configure("WARNING")
-    batches = [int(b) for b in args.batches.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-mirror-") as home:
-        cfg = load_config(overrides=[f"home={home}", f"jars={REPO / '.pipeline' / 'jars'}",
-                                     f"mirror.keys.{TABLE}=artist_id", f"mirror.tables={TABLE}",
-                                     f"mirror.write_mode={args.write_mode}",
-                                     f"mirror.partition_by.{TABLE}={args.partition_by}", *args.overrides])
-        spark = get_spark(cfg)
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{cfg.changelog.namespace}")
-        appender = IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}")
-        stage = MirrorStage(cfg, spark)
-        print(f"mirror bench: {args.rows:,} rows, batches {batches}, {args.write_mode}, partitioned by "
-              f"{args.partition_by or 'nothing'}, master {spark.sparkContext.master}")
-        timed(f"changelog: load {args.rows:,}", lambda: appender.append(changes(spark, args.rows, 0, 0, 0), TABLE, "bench", 0))
-        timed(f"mirror: build {args.rows:,} rows", lambda: stage.merge_table(TABLE))
-        merged: dict[int, float] = {}
-        next_key = args.rows
-        for number, count in enumerate(batches, start=1):
-            timed(f"changelog: append {count:,} changes",
-                  lambda: appender.append(changes(spark, count, number, args.rows, next_key), TABLE, "bench", number))
-            next_key += count
-            merged[count] = timed(f"mirror: merge {count:,} changes", lambda: stage.merge_table(TABLE))
-        rebuild = timed("naive: rebuild from the changelog", lambda: (
-            latest_per_key(spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{TABLE}"), ["artist_id"])
-            .writeTo(f"{cfg.catalog.name}.{cfg.mirror.namespace}.{TABLE}_rebuilt").createOrReplace()))
+        settings = [f"home={home}", f"jars={REPO / '.pipeline' / 'jars'}", f"mirror.keys.{TABLE}=artist_id",
+                    f"mirror.tables={TABLE}", f"mirror.partition_by.{TABLE}={args.partition_by}", *args.overrides]
+        spark = get_spark(load_config(overrides=settings))
+        defaults = load_config(overrides=settings)
+        layout = defaults.mirror.layout if defaults.lake.format == "iceberg" else "merge"
+        print(f"mirror bench: {defaults.lake.format}, sizes {sizes}, {args.changes:,} changes per merge, layout "
+              f"{layout}, write mode {defaults.mirror.write_mode}, partitioned by {args.partition_by or 'nothing'}, "
+              f"master {spark.sparkContext.master}", flush=True)
+        for rows in sizes:
+            cfg = load_config(overrides=[*settings, f"changelog.namespace=changelog_{short(rows)}",
+                                         f"mirror.namespace=mirror_{short(rows)}",
+                                         f"mirror.pending_namespace=mirror_pending_{short(rows)}"])
+            results[rows] = one_size(spark, cfg, rows, args.changes)
         spark.stop()
-    first = batches[0]
-    print(f"mirror: {first:,} changes into {args.rows:,} rows in {merged[first]:.1f} s, "
-          f"{rebuild / merged[first]:.1f}x faster than a full rebuild ({rebuild:.1f} s)")
+    small, large = results[sizes[0]], results[sizes[-1]]
+    for rows, figures in results.items():
+        print(f"{short(rows)}: " + ", ".join(
+            f"{d} merge {figures[f'merge {d}']:.1f} s = {figures[f'merge {d}'] / figures[f'append {d}']:.1f}x the append"
+            for d in DISTRIBUTIONS) + f", rebuild {figures['rebuild']:.1f} s")
+    merge = large["merge uniform"]
+    print(f"mirror: {short(args.changes)} into {short(sizes[-1])} in {merge:.1f} s, "
+          f"{merge / large['append uniform']:.1f}x the append, {large['rebuild'] / merge:.1f}x faster than a rebuild, "
+          f"growth {merge / small['merge uniform']:.2f} (uniform), "
+          f"{large['merge skewed'] / small['merge skewed']:.2f} (skewed)")
 
 
 if __name__ == "__main__":

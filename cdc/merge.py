@@ -32,26 +32,37 @@ if TYPE_CHECKING:
 CHANGELOG_ONLY = ("_transport", "_schema_id", "_ingested_at", "_batch_id", "_source_date")
 UNCHANGED = "_unchanged"  # the columns a change did not carry (TOAST placeholders); used by the MERGE, not kept
 TRUNCATE = "t"
+# What a soft delete writes: the deletion, and nothing of the row's values (it keeps the last known ones).
+TOMBSTONE = ("_op", "_seq", "_source_ts", "_source", "_is_deleted", "_deleted_at", "_merged_at")
+FROM_BASE = "_from_base"  # in the overlay: 1 for a row of the base table, 0 for a pending change
 POSITION = "struct(_seq.source_major, _seq.source_minor)"  # source order across keys (commit LSN, event LSN)
 
 
-def latest_per_key(changes: DataFrame, keys: list[str], count_as: str | None = None) -> DataFrame:
-    """One change per key: the one with the highest `_seq` (a total order per key), as the mirror sees it.
-    With `count_as`, a column of that name holds how many changes of the key were reduced to it."""
+def prepared(changes: DataFrame) -> DataFrame:
+    """Changelog rows as a mirror stores them: without the changelog's own columns, with `_deleted_at` (the
+    source time of a delete) and `_merged_at`, and a column a change did not carry (`_unchanged`, a TOAST
+    placeholder at the source) null rather than the placeholder text."""
+    from pyspark.sql import functions as F
+
+    rows = (changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
+            .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
+            .withColumn("_merged_at", F.current_timestamp()))
+    if UNCHANGED not in rows.columns:
+        return rows
+    return rows.select(*[F.when(F.array_contains(UNCHANGED, c), F.lit(None)).otherwise(F.col(c)).alias(c)
+                         if not c.startswith("_") else F.col(c) for c in rows.columns])
+
+
+def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
+    """One change per key: the one with the highest `_seq` (a total order per key), as the mirror sees it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    per_key = Window.partitionBy(*keys)
-    newest_first = per_key.orderBy(F.col("_seq").desc())  # one sort serves the carry and the rank
-    reduced = changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
+    newest_first = Window.partitionBy(*keys).orderBy(F.col("_seq").desc())  # one sort: the carry and the rank
+    reduced = prepared(changes)
     if UNCHANGED in reduced.columns:
         reduced = _carry_unchanged(reduced, keys, newest_first.rowsBetween(0, Window.unboundedFollowing))
-    if count_as:
-        reduced = reduced.withColumn(count_as, F.count(F.lit(1)).over(per_key))
-    return (reduced.withColumn("_rank", F.row_number().over(newest_first))
-            .where("_rank = 1").drop("_rank")
-            .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
-            .withColumn("_merged_at", F.current_timestamp()))
+    return reduced.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
 
 
 def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: WindowSpec) -> DataFrame:
@@ -118,8 +129,7 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
             for c in columns if carries and not c.startswith("_") and c not in keys}
     update = {**every, **kept}
     # A soft delete keeps the row's last known values and records only the deletion.
-    tombstone = {quoted[c]: f"s.{quoted[c]}" for c in ("_op", "_seq", "_source_ts", "_source", "_is_deleted",
-                                                        "_deleted_at", "_merged_at")}
+    tombstone = {quoted[c]: f"s.{quoted[c]}" for c in TOMBSTONE}
     if delete_mode == "hard":
         on_delete = Clause("delete", f"{newer} AND s._is_deleted", {})
         insert = Clause("insert", "NOT s._is_deleted", every)
@@ -131,6 +141,64 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
         matched=(on_delete, Clause("update", newer, update)),
         not_matched=(insert,),
     )
+
+
+def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> MergeClauses:
+    """The MERGE of resolved rows (`resolved_sql`, final values, each newer than or equal to the base row)
+    into the base: replace, insert, and with hard deletes remove the deleted keys."""
+    every = {quote(c): f"s.{quote(c)}" for c in columns}
+    hard = delete_mode == "hard"
+    matched = (Clause("delete", "s._is_deleted", {}),) if hard else ()
+    return MergeClauses(on=" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys),
+                        matched=(*matched, Clause("update", None, every)),
+                        not_matched=(Clause("insert", "NOT s._is_deleted" if hard else None, every),))
+
+
+def resolved_sql(columns: list[str], keys: list[str]) -> str:
+    """Spark SQL over `{table}` (a mirror's base) and `{pending}` (the changes merged since its last fold): one
+    row per pending key, as the source's history in `_seq` order defines it, whatever order the changes
+    arrived in. Each column of `columns` (the mirror's, without `_unchanged`) comes from the newest row (by
+    `_seq`) that knows it: a soft delete knows only its `TOMBSTONE` columns (the row keeps its last values),
+    a TOAST placeholder (`_unchanged`) not its column; a base row knows every column but those its
+    `_unchanged` still lists (none of its changes carried them). When no row knows a column, the newest row's
+    own value stands (a delete's before-image, else null) and `_unchanged` lists it. On a tie of `_seq` (a
+    change folded already) the base row wins."""
+    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    listed = ", ".join(quote(c) for c in columns)
+    rows = (f"SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {{table}} b "
+            f"WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE {match}) "
+            f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {{pending}}")
+    data = [c for c in columns if not c.startswith("_") and c not in keys]
+
+    def knows(column: str) -> str:
+        if column in TOMBSTONE:
+            return "true"
+        if column not in data:
+            return f"({FROM_BASE} = 1 OR NOT _is_deleted)"
+        return (f"({FROM_BASE} = 1 OR NOT _is_deleted) AND "
+                f"NOT coalesce(array_contains({UNCHANGED}, {sql_string(column)}), false)")
+
+    def value(column: str) -> str:
+        newest = f"struct(CASE WHEN {knows(column)} THEN 1 ELSE 0 END, _seq, {FROM_BASE})"
+        return f"max_by({quote(column)}, {newest}) AS {quote(column)}"
+
+    unknown = ", ".join(f"CASE WHEN max(CASE WHEN {knows(c)} THEN 1 ELSE 0 END) = 0 THEN {sql_string(c)} END"
+                        for c in data)
+    values = ", ".join(quote(c) if c in keys else value(c) for c in columns)
+    grouped = ", ".join(quote(k) for k in keys)
+    return (f"SELECT {values}, filter(array({unknown}), c -> c IS NOT NULL) AS {UNCHANGED} "
+            f"FROM ({rows}) u GROUP BY {grouped}")
+
+
+def overlay_sql(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> str:
+    """The current state of a mirror in the pending layout (Spark SQL over `{table}` and `{pending}`): the
+    base rows no pending change touches, and the resolved rows of the others (`resolved_sql`); with hard
+    deletes, without the deleted keys. `columns` are the mirror's without `_unchanged`, which it leaves out."""
+    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    listed = ", ".join(quote(c) for c in columns)
+    untouched = f"SELECT {listed} FROM {{table}} b WHERE NOT EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
+    live = " WHERE NOT _is_deleted" if delete_mode == "hard" else ""
+    return f"{untouched} UNION ALL SELECT {listed} FROM ({resolved_sql(columns, keys)}) r{live}"
 
 
 def merge_sql(target: str, source_view: str, clauses: MergeClauses) -> str:

@@ -42,6 +42,15 @@ STORAGE_PARTITIONED_JOIN = {
     "spark.sql.iceberg.planning.preserve-data-grouping": "true",
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
 }
+
+
+def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
+    """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
+    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
+    bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
+    return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
+
+
 DELTA_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -59,6 +68,7 @@ class LakeTable(Protocol):
     def commit_metadata(self, key: str) -> tuple[int, str] | None: ...
     def fields(self) -> list[StructField]: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
+    def widen_columns(self, types: dict[str, str]) -> None: ...
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None: ...
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None: ...
 
@@ -102,9 +112,8 @@ class IcebergLakeTable:
     def commit_id(self) -> int | None:
         if not self.exists():
             return None
-        current = self.spark.sql(f"SELECT snapshot_id FROM {self.ref}.history WHERE is_current_ancestor "
-                                 "ORDER BY made_current_at DESC LIMIT 1").first()
-        return int(current["snapshot_id"]) if current else None
+        current = self._metadata().currentSnapshot()
+        return int(current.snapshotId()) if current is not None else None
 
     def read(self, as_of: int | str | None = None) -> DataFrame:
         return _read(self.spark, "iceberg", self.ref, as_of)
@@ -156,9 +165,12 @@ class IcebergLakeTable:
 
     def commit_metadata(self, key: str) -> tuple[int, str] | None:
         """The newest commit carrying metadata `key`, and the value: (commit id, value)."""
-        row = self.spark.sql(f"SELECT snapshot_id, summary['{key}'] AS value FROM {self.ref}.snapshots "
-                             f"WHERE summary['{key}'] IS NOT NULL ORDER BY committed_at DESC LIMIT 1").first()
-        return (int(row["snapshot_id"]), row["value"]) if row else None
+        found = None
+        for snapshot in self._metadata().snapshots().iterator():
+            value = snapshot.summary().get(key)
+            if value is not None and (found is None or snapshot.timestampMillis() >= found[0]):
+                found = (snapshot.timestampMillis(), int(snapshot.snapshotId()), str(value))
+        return found[1:] if found else None
 
     def fields(self) -> list[StructField]:
         return list(self.spark.table(self.ref).schema.fields)
@@ -166,6 +178,11 @@ class IcebergLakeTable:
     def add_columns(self, fields: list[StructField]) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE {self.ref} ADD COLUMNS ({columns})")
+
+    def widen_columns(self, types: dict[str, str]) -> None:
+        """Promote columns to a wider type (int -> bigint, float -> double), as Iceberg allows in place."""
+        for column, kind in types.items():
+            self.spark.sql(f"ALTER TABLE {self.ref} ALTER COLUMN {quote(column)} TYPE {kind}")
 
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
         """An empty table shaped like `like`; `write_mode` (copy-on-write / merge-on-read) for row-level writes."""
@@ -181,12 +198,59 @@ class IcebergLakeTable:
         still reads an Iceberg table of the same catalog ("No plan for TableReference")."""
         view = f"changes_{self.name}"
         source.createOrReplaceTempView(view)
-        with session_conf(self.spark, {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}):
+        with session_conf(self.spark, snapshot_properties(metadata)):
             self.spark.sql(merge_sql(self.ref, quote(view), clauses))
         self.spark.catalog.dropTempView(view)
 
+    def commit_time(self, commit: int) -> str | None:
+        """When commit `commit` of this table was made (UTC, milliseconds, as `TIMESTAMP AS OF` takes it)."""
+        from datetime import datetime, timezone
+
+        snapshot = self._metadata().snapshot(commit)
+        if snapshot is None:
+            return None
+        moment = datetime.fromtimestamp(snapshot.timestampMillis() / 1000, tz=timezone.utc)
+        return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+    def has_commit_by(self, moment: str) -> bool:
+        """Whether the table had a commit at or before `moment` (a UTC timestamp)."""
+        from datetime import datetime, timezone
+
+        millis = datetime.fromisoformat(moment).replace(tzinfo=timezone.utc).timestamp() * 1000
+        return any(s.timestampMillis() <= millis for s in self._metadata().snapshots().iterator())
+
+    def remove_files_of(self, commit: int) -> int:
+        """Remove every data file the table had at `commit` in one commit, and none added after it; how many.
+        For rows that were moved elsewhere: no row is read, and a concurrent append keeps its files."""
+        table = self._metadata()
+        tasks = table.newScan().useSnapshot(commit).planFiles()
+        delete, removed = table.newDelete(), 0
+        try:
+            files = tasks.iterator()
+            while files.hasNext():
+                delete.deleteFile(files.next().file())
+                removed += 1
+        finally:
+            tasks.close()
+        if removed:
+            delete.commit()
+        return removed
+
     def _has_snapshot(self, snapshot_id: int) -> bool:
-        return self.spark.sql(f"SELECT 1 FROM {self.ref}.snapshots WHERE snapshot_id = {snapshot_id}").first() is not None
+        return self._metadata().snapshot(snapshot_id) is not None
+
+    def _metadata(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Table
+        """The table's metadata through Iceberg's Java API, refreshed: snapshots and their summaries without a
+        Spark job per question (a query of `<table>.snapshots` plans and runs one, about a second)."""
+        jvm = self.spark._jvm  # type: ignore[attr-defined]
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.ref)  # type: ignore[attr-defined]
+        table.refresh()
+        return table
+
+
+def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:
+    """Session settings that put `metadata` into the summary of the session's next Iceberg commit."""
+    return {ICEBERG_PROPERTY_CONF + key: value for key, value in metadata.items()}
 
 
 @contextmanager
@@ -258,6 +322,13 @@ class DeltaLakeTable:
     def add_columns(self, fields: list[StructField]) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} ADD COLUMNS ({columns})")
+
+    def widen_columns(self, types: dict[str, str]) -> None:
+        """Promote columns to a wider type with Delta's type widening (enabled on the table first)."""
+        if types:
+            self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+        for column, kind in types.items():
+            self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} ALTER COLUMN {quote(column)} TYPE {kind}")
 
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
         """Delta's merge-on-read is deletion vectors: a MERGE marks replaced rows instead of rewriting files.

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from cdc.merge import TRUNCATE
+from cdc.merge import TRUNCATE, overlay_sql
 from pipeline.config.settings import PipelineConfig
 from tables.lake import lake_table, table_names
 from tables.names import quote
+from tables.pending import pending_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,15 +39,18 @@ class ViewSpec:
     namespace: str
     name: str  # the view's name, e.g. moma_artists_current
     table: str  # the table it reads, in the same namespace
-    body: str  # Spark SQL with `{table}` where the table's identifier goes
+    body: str  # Spark SQL with `{table}` where the table's identifier goes (and `{pending}`, its pending table's)
+    pending_namespace: str | None = None  # where the table's pending table is (`tables/pending.py`), if it has one
 
-    def select(self, table_ref: str) -> str:
-        return self.body.format(table=table_ref)
+    def select(self, table_ref: str, pending_ref: str | None = None) -> str:
+        return self.body.format(table=table_ref, pending=pending_ref)
 
     def spark_ddl(self, catalog: str | None) -> str:
         """`CREATE OR REPLACE VIEW` in `catalog` (None: the session catalog, e.g. for Delta path tables)."""
         where = (catalog, self.namespace) if catalog else (self.namespace,)
-        return f"CREATE OR REPLACE VIEW {quote(*where, self.name)} AS {self.select(quote(*where, self.table))}"
+        pending = (catalog, self.pending_namespace) if catalog else (self.pending_namespace,)
+        select = self.select(quote(*where, self.table), quote(*pending, self.table) if self.pending_namespace else None)
+        return f"CREATE OR REPLACE VIEW {quote(*where, self.name)} AS {select}"
 
     def athena_ddl(self) -> str:
         """The view in Athena's dialect, over the Glue database named like the namespace."""
@@ -62,11 +66,17 @@ def athena_type(kind: DataType) -> str:
     return re.sub(r"\btimestamp_ntz\b", "timestamp", kind.simpleString())
 
 
-def mirror_views(cfg: PipelineConfig, table: str) -> list[ViewSpec]:
+def mirror_views(cfg: PipelineConfig, table: str, overlay_columns: list[str] | None = None) -> list[ViewSpec]:
+    """The two views of a mirror; with `overlay_columns` (the mirror's columns, when it is in the pending
+    layout) they read the overlay of its base and pending tables, the current state."""
     namespace, current, deleted = cfg.mirror.namespace, cfg.mirror.view_suffix, cfg.mirror.deleted_view_suffix
+    state, pending = "{table}", None
+    if overlay_columns is not None:
+        overlay = overlay_sql(overlay_columns, cfg.mirror.key_columns(table), cfg.mirror.delete_mode)
+        state, pending = f"({overlay}) m", cfg.mirror.pending_namespace
     return [
-        ViewSpec(namespace, f"{table}{current}", table, "SELECT * FROM {table} WHERE NOT _is_deleted"),
-        ViewSpec(namespace, f"{table}{deleted}", table, "SELECT * FROM {table} WHERE _is_deleted"),
+        ViewSpec(namespace, f"{table}{current}", table, f"SELECT * FROM {state} WHERE NOT _is_deleted", pending),
+        ViewSpec(namespace, f"{table}{deleted}", table, f"SELECT * FROM {state} WHERE _is_deleted", pending),
     ]
 
 
@@ -89,9 +99,10 @@ def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns
     return ViewSpec(cfg.changelog.namespace, f"{table}{cfg.mirror.latest_view_suffix}", table, body)
 
 
-def table_views(cfg: PipelineConfig, table: str, keys: list[str], changelog_columns: list[str]) -> list[ViewSpec]:
-    """Every view of one source table: its mirror's two and its changelog's one."""
-    return [*mirror_views(cfg, table), latest_change_view(cfg, table, keys, changelog_columns)]
+def table_views(cfg: PipelineConfig, table: str, keys: list[str], changelog_columns: list[str],
+                overlay_columns: list[str] | None = None) -> list[ViewSpec]:
+    """Every view of one source table: its mirror's two (see `mirror_views`) and its changelog's one."""
+    return [*mirror_views(cfg, table, overlay_columns), latest_change_view(cfg, table, keys, changelog_columns)]
 
 
 def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec]) -> None:
@@ -99,17 +110,26 @@ def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec
         spark.sql(view.spark_ddl(catalog))
 
 
+def _no_key(table: str, view: str) -> None:
+    log.warning("views.no_key", table=table, skipped=view, fix=f"set mirror.keys.{table} = '<column>[,<column>…]'")
+
+
 def lake_views(cfg: PipelineConfig, spark: SparkSession) -> list[ViewSpec]:
     """Every view of the lake: two per mirror, and the latest-change view of each changelog table whose key
     is configured (`mirror.keys.<table>`)."""
-    views = [view for name in table_names(cfg, spark, cfg.mirror.namespace) for view in mirror_views(cfg, name)]
+    views = []
+    for name in table_names(cfg, spark, cfg.mirror.namespace):
+        overlay = pending_columns(cfg, spark, name)
+        if overlay is not None and not cfg.mirror.key_columns(name):  # the overlay matches rows by key
+            _no_key(name, f"{name}{cfg.mirror.view_suffix}")
+            continue
+        views += mirror_views(cfg, name, overlay)
     for name in table_names(cfg, spark, cfg.changelog.namespace):
         if name == cfg.changelog.dead_letter_table:
             continue
         keys = cfg.mirror.key_columns(name)
         if not keys:
-            log.warning("views.no_key", table=name, skipped=f"{name}{cfg.mirror.latest_view_suffix}",
-                        fix=f"set mirror.keys.{name} = '<column>[,<column>…]'")
+            _no_key(name, f"{name}{cfg.mirror.latest_view_suffix}")
             continue
         columns = [f.name for f in lake_table(cfg, spark, cfg.changelog.namespace, name).fields()]
         views.append(latest_change_view(cfg, name, keys, columns))

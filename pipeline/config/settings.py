@@ -342,6 +342,11 @@ class MirrorSettings(_Section):
     delete_mode: Literal["soft", "hard"] = "soft"
     write_mode: Literal["copy-on-write", "merge-on-read"] = Field(
         "copy-on-write", description="row-level writes of new mirrors (Delta: merge-on-read = deletion vectors)")
+    layout: Literal["pending", "merge"] = Field(
+        "pending", description="Iceberg mirrors: pending = append the changes, fold them in at maintenance (cost "
+        "follows the changes); merge = MERGE into the table each run (cost follows the table). Delta: merge")
+    pending_namespace: str = Field("mirror_pending", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                   description="namespace of the pending tables of the pending layout")
     consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
@@ -369,6 +374,13 @@ class MirrorSettings(_Section):
 
     def partition_fields(self, table: str) -> list[PartitionField]:
         return parse_partition_fields(self.partition_by.get(table, ""))
+
+    @model_validator(mode="after")
+    def _pending_apart(self) -> MirrorSettings:
+        if self.pending_namespace == self.namespace:
+            raise ValueError(f"mirror.pending_namespace must differ from mirror.namespace ({self.namespace!r}): "
+                             "a pending table has its mirror's name")
+        return self
 
 
 class MaintenanceSettings(_Section):

@@ -1,7 +1,9 @@
 """`pipeline maintain`: compaction, snapshot expiry and orphan cleanup over every changelog and mirror table.
 
-Expiry keeps what incremental merging needs: each mirror's watermark commit, and the changelog commit that
-watermark names, so the next `pipeline mirror` still reads only new rows.
+A mirror in the pending layout is folded first (its pending changes written into its base, `tables/pending.py`),
+so its overlay stays small and reads stay fast. Expiry keeps what incremental merging needs: each mirror's
+watermark commit, and the changelog commit that watermark names, so the next `pipeline mirror` still reads only
+new rows.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import WATERMARK
 from tables.lake import lake_table, table_names
 from tables.maintenance import MaintenanceReport, maintain
+from tables.pending import fold, pending_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,13 +27,20 @@ log = structlog.get_logger(__name__)
 def maintain_lake(cfg: PipelineConfig, spark: SparkSession, tables: Sequence[str] = ()) -> list[MaintenanceReport]:
     reports = []
     for name in tables or table_names(cfg, spark, cfg.changelog.namespace):
-        mirror = lake_table(cfg, spark, cfg.mirror.namespace, name)
-        marked = mirror.commit_metadata(WATERMARK) if mirror.exists() else None
+        mirror, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
+        if pending is not None and cfg.mirror.key_columns(name):
+            fold(cfg, spark, name)
+        elif pending is not None:
+            log.warning("maintain.not_folded", table=name, fix=f"set mirror.keys.{name} (the fold resolves by key)")
+        # The watermark is in the pending table's commits once it has one, else in the mirror's.
+        marked = [(table, table.commit_metadata(WATERMARK)) for table in (pending, mirror)
+                  if table is not None and table.exists()]
+        newest = next((found for _, found in marked if found), None)
         changelog = lake_table(cfg, spark, cfg.changelog.namespace, name)
         if changelog.exists():
-            reports.append(maintain(changelog, cfg.maintenance, frozenset({int(marked[1])} if marked else ())))
-        if mirror.exists():
-            reports.append(maintain(mirror, cfg.maintenance, frozenset({marked[0]} if marked else ())))
+            reports.append(maintain(changelog, cfg.maintenance, frozenset({int(newest[1])} if newest else ())))
+        for table, found in reversed(marked):
+            reports.append(maintain(table, cfg.maintenance, frozenset({found[0]} if found else ())))
     for report in reports:
         log.info("maintain.table", summary=report.line())
     return reports

@@ -1,6 +1,7 @@
 """The past of the lakehouse: SQL as of a lake commit, the history of one key, a table as of a source time.
 
-- As of a lake commit: Spark's `VERSION AS OF` / `TIMESTAMP AS OF`, which both Iceberg and Delta serve.
+- As of a lake commit: Spark's `VERSION AS OF` / `TIMESTAMP AS OF`, which both Iceberg and Delta serve. A
+  mirror in the pending layout is its base and its pending table, each pinned to the commit's time.
 - History of a key: every changelog row of the key in `_seq` order, with the lake commit that added it.
 - As of a source time: the changelog rebuilt to the state the source held then (`cdc.merge.state_as_of`).
 Delta path tables are registered in the session catalog first, so SQL names them like Iceberg tables:
@@ -10,13 +11,14 @@ Delta path tables are registered in the session catalog first, so SQL names them
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from cdc.merge import state_as_of
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import table_keys
 from tables.lake import lake_table, table_names
 from tables.names import quote, sql_string
+from tables.pending import pending_table, state_as_of_commit
 from tables.views import lake_views, replace_views
 
 if TYPE_CHECKING:
@@ -31,10 +33,17 @@ class QueryError(ValueError):
     """A query, key or time the lake cannot answer; the message says what to pass instead."""
 
 
-def as_of_sql(sql: str, as_of: str) -> str:
-    """`sql` with every table it reads pinned to one lake commit: a snapshot id / version, or a timestamp."""
+def as_of_sql(sql: str, as_of: str, pinned: Callable[[str], str | None] = lambda reference: None) -> str:
+    """`sql` with every table it reads pinned to one lake commit: a snapshot id / version, or a timestamp.
+    `pinned` may name a relation that stands for a table reference already pinned (a mirror in the pending
+    layout is two tables: `pinned_mirrors`)."""
     clause = f"VERSION AS OF {as_of}" if as_of.isdigit() else f"TIMESTAMP AS OF '{as_of}'"
-    rewritten, count = _TABLE_REFERENCE.subn(lambda m: f"{m[1]}{m[2]}{m[3]} {clause}", sql)
+
+    def pin(match: re.Match[str]) -> str:
+        instead = pinned(match[3])
+        return f"{match[1]}{match[2]}{instead}" if instead else f"{match[1]}{match[2]}{match[3]} {clause}"
+
+    rewritten, count = _TABLE_REFERENCE.subn(pin, sql)
     if not count:
         raise QueryError(f"--as-of needs a query that reads a table by name (FROM <table>), got: {sql}")
     return rewritten
@@ -55,7 +64,26 @@ def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
 def query(cfg: PipelineConfig, spark: SparkSession, sql: str, as_of: str | None = None) -> DataFrame:
     if cfg.lake.format == "delta":
         register_delta_tables(cfg, spark)
-    return spark.sql(as_of_sql(sql, as_of) if as_of else sql)
+    return spark.sql(as_of_sql(sql, as_of, pinned_mirrors(cfg, spark, as_of)) if as_of else sql)
+
+
+def pinned_mirrors(cfg: PipelineConfig, spark: SparkSession, as_of: str) -> Callable[[str], str | None]:
+    """For `as_of_sql`: a reference to a mirror in the pending layout becomes a temporary view of its state at
+    that commit (`tables.pending.state_as_of`); other references are pinned as they are."""
+    def pinned(reference: str) -> str | None:
+        parts = [part.strip("`").replace("``", "`") for part in re.findall(rf"{_QUOTED}|[^.]+", reference)]
+        if parts[:1] == [cfg.catalog.name] and len(parts) == 3:
+            parts = parts[1:]
+        if len(parts) != 2 or parts[0] != cfg.mirror.namespace or pending_table(cfg, spark, parts[1]) is None:
+            return None
+        view = f"{parts[1]}_as_of_{abs(hash(as_of))}"
+        try:
+            state_as_of_commit(cfg, spark, parts[1], as_of).createOrReplaceTempView(view)
+        except ValueError as exc:
+            raise QueryError(str(exc)) from None
+        return quote(view)
+
+    return pinned
 
 
 def parse_key(keys: list[str], key: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ from simulators.semantic import lake_value
 from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
 from tables.lake import lake_table, table_names
+from tables.pending import mirror_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -145,7 +146,8 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
             mirror = lake_table(cfg, spark, cfg.mirror.namespace, name)
             if not mirror.exists():
                 raise MirrorError(f"no mirror {mirror.ref}: run `pipeline mirror` first")
-            lake, expected = mirror.read().where("NOT _is_deleted"), truth.state_at(truth_table)
+            lake = mirror_state(cfg, spark, name).where("NOT _is_deleted")  # with its pending changes
+            expected = truth.state_at(truth_table)
             keys = table_keys(cfg, name, mirror)
         verdicts.append(compare(spark, lake, expected, keys, name, truth_table))
     return verdicts

@@ -7,7 +7,9 @@ Athena reads tables through the Glue Data Catalog, one Glue database per namespa
 - Delta tables are registered the way Athena reads Delta natively: an external table at the table's folder
   with `table_type = 'DELTA'`; Athena takes the columns from the Delta log. With `lake.delta_glue` the
   stages have registered them already (`tables/glue_delta.py`).
-- The views of `tables/views.py`, transpiled into Athena's dialect.
+- The views of `tables/views.py`, transpiled into Athena's dialect. A mirror in the pending layout is two Iceberg
+  tables (format version 2, which Athena reads), its base and its pending changes, and its views are the overlay
+  of the two (`max_by` over a row, as Trino spells it): Athena reads the current state from the views.
 - Time travel examples on Iceberg tables, pinned to the current snapshot (Athena has no Delta time travel).
 """
 
@@ -20,6 +22,7 @@ from pipeline.config.settings import PipelineConfig
 from tables.glue_delta import s3_location
 from tables.lake import table_names
 from tables.names import quote, sql_string
+from tables.pending import pending_table
 from tables.views import lake_views
 
 if TYPE_CHECKING:
@@ -38,6 +41,8 @@ class Statement:
 
 def athena_statements(cfg: PipelineConfig, spark: SparkSession) -> list[Statement]:
     namespaces = (cfg.changelog.namespace, cfg.mirror.namespace)
+    if cfg.lake.format == "iceberg":
+        namespaces += (cfg.mirror.pending_namespace,)
     statements = [Statement(f"Glue database of the {ns} tables", f"CREATE DATABASE IF NOT EXISTS {quote(ns)}")
                   for ns in namespaces]
     for namespace in namespaces:
@@ -76,11 +81,13 @@ def _time_travel_examples(cfg: PipelineConfig, spark: SparkSession, name: str) -
     if current is None:
         return []
     table = quote(cfg.mirror.namespace, name, mark='"')  # Athena quotes with backticks in DDL, double quotes in queries
+    # In the pending layout the table is the base: a past commit of it is the state as of a fold.
+    base = ", the state its last fold wrote" if pending_table(cfg, spark, name) is not None else ""
     at = current["committed_at"].strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
     return [
-        Statement(f"{cfg.mirror.namespace}.{name} as of a time (its latest commit)",
+        Statement(f"{cfg.mirror.namespace}.{name} as of a time (its latest commit{base})",
                   f"SELECT * FROM {table} FOR TIMESTAMP AS OF TIMESTAMP '{at} UTC' WHERE NOT \"_is_deleted\""),
-        Statement(f"{cfg.mirror.namespace}.{name} as of a snapshot id (its latest commit)",
+        Statement(f"{cfg.mirror.namespace}.{name} as of a snapshot id (its latest commit{base})",
                   f"SELECT * FROM {table} FOR VERSION AS OF {current['snapshot_id']} WHERE NOT \"_is_deleted\""),
     ]
 

@@ -1,10 +1,12 @@
 """`pipeline mirror`: changelog tables -> current-state `mirror.<db>_<table>` tables, incrementally.
 
 Each run reads, per table, only the changelog commits after the mirror's watermark, reduces them to the newest
-change per key and MERGEs them (`cdc/merge.py`). The watermark (the last changelog commit merged) is written
-in the same commit as the MERGE, so a crash before the commit leaves the mirror and its watermark as they were,
-and the re-run merges the same changes. Because a change only replaces an older row, merging a change twice
-changes nothing either: re-runs, replays after a lost watermark, and losing concurrent runs are all harmless.
+change per key (`cdc/merge.py`) and applies them: in the pending layout (Iceberg's default) it appends them to
+the mirror's pending table (`tables/pending.py`), reading nothing of the mirror; in the merge layout (and the
+first build, and Delta) it MERGEs them into the table. The watermark (the last changelog commit merged) is
+written in the same commit, so a crash before the commit leaves the mirror and its watermark as they were, and
+the re-run applies the same changes. Because a change only replaces an older row, applying a change twice
+changes nothing either: re-runs, replays after a lost watermark, and concurrent runs are all harmless.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from typing import TYPE_CHECKING, Iterable
 
 import structlog
 
-from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, truncated
+from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, prepared, truncated
+from cdc.validate import ChangeError, check_changes, check_key_types
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
-from tables.lake import STORAGE_PARTITIONED_JOIN, LakeTable, lake_table, session_conf, table_names
+from tables.lake import LakeTable, lake_table, merge_join_conf, session_conf, table_names
 from tables.names import quote
+from tables.pending import (WATERMARK, append_pending, build_base, create_pending, fold, mirror_state, pending_columns,
+                            pending_table, with_unchanged)
 from tables.views import replace_views, table_views
 
 if TYPE_CHECKING:
@@ -29,12 +34,12 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-WATERMARK = "pipeline.mirror.changelog-commit"  # commit metadata: the changelog commit merged through
 POSITION = "_seq.source_major"  # the source's commit position (commit LSN, DMS commit time); 0 for snapshots
 # Commit conflicts of optimistic concurrency, by exception class: a concurrent writer won; retrying is safe.
 CONFLICTS = ("ValidationException", "CommitFailedException", "AlreadyExistsException", "ConcurrentAppendException",
              "ConcurrentDeleteReadException", "ConcurrentDeleteDeleteException", "MetadataChangedException",
-             "ConcurrentTransactionException", "ProtocolChangedException", "DELTA_PATH_EXISTS")
+             "ConcurrentTransactionException", "ProtocolChangedException", "DELTA_PATH_EXISTS",
+             "TABLE_OR_VIEW_ALREADY_EXISTS")
 
 
 class MirrorError(RuntimeError):
@@ -133,45 +138,77 @@ class MirrorStage:
         started = time.perf_counter()
         source, target = self._changelog(name), lake_table(self.cfg, self.spark, self.settings.namespace, name)
         keys = table_keys(self.cfg, name, source)
+        pending, appends, building = pending_table(self.cfg, self.spark, name), self._appends(), not target.exists()
+        if pending is not None and not appends:
+            fold(self.cfg, self.spark, name)  # back to the merge layout: the pending changes go in first
+            self.spark.sql(f"DROP TABLE {pending.ref}")
+            pending = None
         through = source.commit_id()
-        after = watermark(target)
+        after = watermark(target, pending)
         if through is None or after == through:
             return TableReport(name, 0, 0, 0, after, time.perf_counter() - started)
         landed = source.read_appended(after, through)
         held_back = landed.where(f"{POSITION} > {limit}").count() if limit is not None else 0
         changes = landed.where(f"{POSITION} <= {limit}") if limit is not None else landed
-        # One pass over the new rows: reduce, and materialise the result once for the count and the MERGE
-        # (a lost executor fails the run, and a re-run is safe).
-        reduced = latest_per_key(changes, keys, count_as="_changes").localCheckpoint()
-        totals = reduced.selectExpr("count(*) AS merged", "coalesce(sum(_changes), 0) AS changes").first()
-        merged, count = int(totals["merged"]), int(totals["changes"])  # type: ignore[index]
-        reduced = reduced.drop("_changes")
-        # A truncate reads the mirror's live rows: it deletes those older than it.
-        applied = truncated(reduced, keys, target.read() if target.exists() else None)
-        reduced = reduced if applied is reduced else applied.localCheckpoint()
+        # One pass over the new rows, materialised once for the checks, the count and the write (a lost executor
+        # fails the run, and a re-run is safe).
+        rows = prepared(changes).localCheckpoint()
+        try:
+            totals = check_changes(name, rows, keys)
+            widen = check_key_types(name, self._key_types(target, keys), {k: t for k, t in rows.dtypes if k in keys})
+        except ChangeError as exc:
+            raise MirrorError(str(exc)) from None
+        if totals.truncates:  # a truncate reads the mirror's live rows: it deletes those older than it
+            mirror = mirror_state(self.cfg, self.spark, name) if target.exists() else None
+            rows = truncated(latest_per_key(rows, keys), keys, mirror).localCheckpoint()
         # Held-back rows must be read again: the watermark only moves past commits merged in full.
         merged_through = after if held_back else through
-        if merged:
-            if self._prepare(target, reduced.drop(UNCHANGED), name):
+        if totals.changes:
+            for table in (target, pending) if pending is not None else (target,):
+                table.widen_columns(widen)
+            reshaped = self._prepare(target, pending, rows, name)
+            if pending is None and appends:
+                pending, reshaped = create_pending(self.cfg, self.spark, target, rows), True
+            if reshaped:
                 self._replace_views(name, keys, source)
             metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
-            with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):
-                target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
-        return TableReport(name, count, merged, held_back, merged_through, time.perf_counter() - started)
+            if pending is not None and building:
+                build_base(self.cfg, self.spark, target, rows, metadata)
+            elif pending is not None:  # every change, not one per key: the overlay orders them as the source did
+                append_pending(pending, rows, metadata)
+            else:
+                reduced = rows if totals.truncates else latest_per_key(rows, keys).localCheckpoint()
+                with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):
+                    target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
+        return TableReport(name, totals.changes, totals.keys, held_back, merged_through, time.perf_counter() - started)
+
+    def _appends(self) -> bool:
+        """Whether this run appends to the pending table: the pending layout on Iceberg (the first run creates
+        the base, appends its changes and folds them at once)."""
+        return self.settings.layout == "pending" and self.cfg.lake.format == "iceberg"
+
+    def _key_types(self, target: LakeTable, keys: list[str]) -> dict[str, str]:
+        """The mirror's key column types, to catch a key whose type changed at the source; none before the mirror."""
+        if not target.exists():
+            return {}
+        return {f.name: f.dataType.simpleString() for f in target.fields() if f.name in keys}
 
     def _changelog(self, name: str) -> LakeTable:
         return lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
 
-    def _prepare(self, target: LakeTable, reduced: DataFrame, name: str) -> bool:
-        """Create the mirror on first sight, and add the columns the source gained since the last run;
-        True when the table's shape changed (so its views must be replaced)."""
+    def _prepare(self, target: LakeTable, pending: LakeTable | None, reduced: DataFrame, name: str) -> bool:
+        """Create the mirror on first sight, and add the columns the source gained since the last run (to the
+        pending table too); True when the table's shape changed (so its views must be replaced). A base of the
+        pending layout keeps `_unchanged` (`tables/pending.py`)."""
+        reduced = with_unchanged(reduced) if self._appends() else reduced.drop(UNCHANGED)
         if not target.exists():
             target.create(reduced, self.settings.partition_fields(name), self.settings.write_mode)
             return True
         present = {f.name for f in target.fields()}
         new = [f for f in reduced.schema.fields if f.name not in present]
         if new:
-            target.add_columns(new)
+            for table in (target, pending) if pending is not None else (target,):
+                table.add_columns(new)
             log.info("mirror.columns_added", table=target.ref, columns=[f.name for f in new])
         return bool(new)
 
@@ -180,14 +217,8 @@ class MirrorStage:
         if self.cfg.lake.format != "iceberg" or not keeps_views(self.cfg.catalog):
             return
         columns = [f.name for f in source.fields()]
-        replace_views(self.spark, self.cfg.catalog.name, table_views(self.cfg, name, keys, columns))
-
-
-def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
-    """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
-    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
-    bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
-    return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
+        views = table_views(self.cfg, name, keys, columns, pending_columns(self.cfg, self.spark, name))
+        replace_views(self.spark, self.cfg.catalog.name, views)
 
 
 def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
@@ -204,7 +235,11 @@ def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
     return keys
 
 
-def watermark(mirror: LakeTable) -> int | None:
-    """The changelog commit a mirror has merged through; None before its first merge."""
-    found = mirror.commit_metadata(WATERMARK) if mirror.exists() else None
-    return int(found[1]) if found else None
+def watermark(mirror: LakeTable, pending: LakeTable | None = None) -> int | None:
+    """The changelog commit a mirror has merged through; None before its first merge. In the pending layout the
+    pending table's commits carry it once the base is built."""
+    for table in (pending, mirror):
+        found = table.commit_metadata(WATERMARK) if table is not None and table.exists() else None
+        if found:
+            return int(found[1])
+    return None

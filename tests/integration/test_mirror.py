@@ -26,6 +26,7 @@ from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from tables.lake import lake_table
+from tables.pending import mirror_state, pending_table
 from tests.conftest import REPO, TEST_SETTINGS
 
 pytestmark = pytest.mark.integration
@@ -87,9 +88,10 @@ def landed(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[Pipelin
 
 
 def _own_mirrors(cfg: PipelineConfig, tag: str, **mirror) -> PipelineConfig:
-    """`cfg` with a mirror namespace no other test merges into."""
+    """`cfg` with a mirror namespace (and pending namespace) no other test merges into."""
+    namespace = f"mirror_{tag}{uuid.uuid4().hex[:6]}"
     return cfg.model_copy(update={"mirror": cfg.mirror.model_copy(
-        update={"namespace": f"mirror_{tag}{uuid.uuid4().hex[:6]}", **mirror})})
+        update={"namespace": namespace, "pending_namespace": f"{namespace}_pending", **mirror})})
 
 
 def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables: list[str],
@@ -102,13 +104,15 @@ def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables
 
 
 def _single_row_per_key(cfg: PipelineConfig, spark, table: str) -> None:
-    mirror = lake_table(cfg, spark, cfg.mirror.namespace, table).read()
+    mirror = mirror_state(cfg, spark, table)
     key = cfg.mirror.key_columns(table)[0]
     assert mirror.count() == mirror.select(key).distinct().count()
 
 
-# Mirror configurations merged from one changelog: (write mode, delete mode) per lake format.
-MIRRORS = {"iceberg": [("copy-on-write", "soft"), ("merge-on-read", "hard")], "delta": [("merge-on-read", "soft")]}
+# Mirror configurations merged from one changelog: (layout, write mode, delete mode) per lake format.
+MIRRORS = {"iceberg": [("pending", "copy-on-write", "soft"), ("pending", "merge-on-read", "hard"),
+                       ("merge", "copy-on-write", "soft")],
+           "delta": [("merge", "merge-on-read", "soft")]}
 
 
 @pytest.mark.parametrize("lake_format", list(MIRRORS))
@@ -118,8 +122,8 @@ def test_mirror_equals_the_source_incrementally(lake_format: str, stack, spark, 
     artworks = "classification" if lake_format == "delta" else "bucket(4, artwork_id)"  # Iceberg: merged by SPJ
     cfg = _configure(cfg, prefix, lake_format,
                      partition_by={f"{prefix}_artists": "nationality", f"{prefix}_artworks": artworks})
-    mirrors = [_own_mirrors(cfg, write_mode[:3], write_mode=write_mode, delete_mode=delete_mode)
-               for write_mode, delete_mode in MIRRORS[lake_format]]
+    mirrors = [_own_mirrors(cfg, layout[:3] + write_mode[:3], layout=layout, write_mode=write_mode,
+                            delete_mode=delete_mode) for layout, write_mode, delete_mode in MIRRORS[lake_format]]
     source = Source(cfg, prefix, tmp_path)
     first = source.simulate(events=900)
     source.land(spark)
@@ -155,7 +159,7 @@ def test_mirror_equals_the_source_incrementally(lake_format: str, stack, spark, 
         _assert_equal_to_truth(mirror, spark, second, source.tables())
         for table in source.tables():
             _single_row_per_key(mirror, spark, table)  # partition moves left no stale copy behind
-        deleted = lake_table(mirror, spark, namespace, f"{prefix}_artists").read().where("_is_deleted").count()
+        deleted = mirror_state(mirror, spark, f"{prefix}_artists").where("_is_deleted").count()
         assert (deleted > 0) if mirror.mirror.delete_mode == "soft" else (deleted == 0)
         current = query(mirror, spark, f"SELECT * FROM {namespace}.{prefix}_artists{mirror.mirror.view_suffix}")
         assert current.where("_is_deleted").count() == 0
@@ -214,7 +218,7 @@ def test_concurrent_merges_of_one_table_leave_it_correct(landed, spark) -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert errors == []
+    assert errors == [], [str(error)[:2000] for error in errors]
     _assert_equal_to_truth(cfg, spark, truth, source.tables())
     for table in source.tables():
         _single_row_per_key(cfg, spark, table)
@@ -228,7 +232,7 @@ def test_consistent_mode_merges_every_table_up_to_one_source_position(landed, sp
     reports = stage.run_once()
     assert sum(r.held_back for r in reports) > 0  # the tables reached different positions
     for report in reports:
-        merged = lake_table(cfg, spark, cfg.mirror.namespace, report.table).read()
+        merged = mirror_state(cfg, spark, report.table)
         assert merged.selectExpr("max(_seq.source_major)").first()[0] <= position
         if report.held_back:  # the watermark stays before the held-back rows, so they are read again
             assert report.watermark is None
@@ -276,9 +280,14 @@ def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(
     cfg = cfg.model_copy(update={"maintenance": cfg.maintenance.model_copy(
         update={"retain_hours": 0.0, "orphan_age_hours": 24.0})})
     source = Source(cfg, prefix, tmp_path)
-    truth = source.simulate(events=600)
+    source.simulate(events=300)
     source.land(spark, max_offsets_per_trigger=250)  # several small commits, several small files
     MirrorStage(cfg, spark).run_once()
+    truth = source.simulate(events=600)  # the same 300 again and 300 more: an incremental run merges them
+    source.land(spark, max_offsets_per_trigger=250)
+    MirrorStage(cfg, spark).run_once()
+    pending = pending_table(cfg, spark, f"{prefix}_artists")
+    assert (pending is not None and spark.table(pending.ref).count() > 0) == (lake_format == "iceberg")
     mirror = lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists")
     data_file = (mirror.read().inputFiles() if lake_format == "delta"
                  else [r[0] for r in spark.sql(f"SELECT file_path FROM {mirror.ref}.files").collect()])[0]
@@ -289,7 +298,12 @@ def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(
     rows_before = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read().count() for t in source.tables()}
 
     reports = maintain_lake(cfg, spark, source.tables())
-    assert len(reports) == 2 * len(source.tables())
+    # Iceberg mirrors are in the pending layout: the changelog, the pending table and the base, folded first.
+    assert len(reports) == (3 if lake_format == "iceberg" else 2) * len(source.tables())
+    if pending is not None:
+        assert spark.table(pending.ref).count() == 0
+        assert lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists").read().count() == \
+            mirror_state(cfg, spark, f"{prefix}_artists").count()
     assert not orphan.exists()
     if lake_format == "iceberg":
         assert sum(r.files_removed or 0 for r in reports) >= 1

@@ -10,9 +10,8 @@ from pyspark.sql.types import StructType
 
 from cdc.merge import merge_clauses, merge_sql
 from pipeline.cli.parser import _interval
-from pipeline.stages.mirror import merge_join_conf
 from pipeline.ops.timetravel import QueryError, as_of_sql, parse_key
-from tables.lake import STORAGE_PARTITIONED_JOIN, key_predicate
+from tables.lake import STORAGE_PARTITIONED_JOIN, key_predicate, merge_join_conf
 from tests.conftest import REPO, make_config
 
 

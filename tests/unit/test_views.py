@@ -61,3 +61,20 @@ def test_spark_types_are_named_as_athena_names_them() -> None:
     assert athena_type(DecimalType(12, 2)) == "decimal(12,2)" and athena_type(DateType()) == "date"
     nested = StructType([StructField("at", ArrayType(TimestampNTZType()))])
     assert athena_type(nested) == "struct<at:array<timestamp>>"
+
+
+def test_pending_layout_views_overlay_the_pending_table_in_spark_and_athena(tmp_path: Path) -> None:
+    """A mirror in the pending layout: its views read its base and its pending table (two namespaces), and
+    the overlay's aggregate (max_by over a row) survives the translation to Athena's dialect."""
+    cfg = _cfg(tmp_path, "mirror.keys.moma_artists=artist_id")
+    columns = ["artist_id", "name", "_op", "_seq", "_source_ts", "_source", "_is_deleted", "_deleted_at", "_merged_at"]
+    current, deleted, _ = table_views(cfg, "moma_artists", ["artist_id"], columns, overlay_columns=columns)
+    ddl = current.spark_ddl("lake")
+    assert "FROM `lake`.`mirror`.`moma_artists` b WHERE NOT EXISTS (SELECT 1 FROM `lake`.`mirror_pending`.`moma_artists`" in ddl
+    assert ddl.endswith("WHERE NOT _is_deleted") and deleted.spark_ddl("lake").endswith("WHERE _is_deleted")
+    assert "array_contains(_unchanged, 'name')" in ddl  # a TOAST placeholder keeps the column's last value
+    athena = current.athena_ddl()
+    parsed = sqlglot.parse_one(athena, read="athena")
+    assert isinstance(parsed, exp.Create) and parsed.kind == "VIEW"
+    assert 'FROM "mirror_pending"."moma_artists"' in athena and "MAX_BY(" in athena and "ROW(" in athena
+    assert "CONTAINS(" in athena  # Spark's array_contains in Trino's spelling

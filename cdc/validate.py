@@ -1,0 +1,88 @@
+"""Changes a mirror cannot apply without guessing, caught before anything is written.
+
+- A change with a null key column (other than a truncate, which has no key): it names no row.
+- Two different changes of one key with the same `_seq`: "the newest wins" has no answer, and picking one
+  would make the mirror depend on the order Spark read them in.
+- A key column whose type changed at the source (after a schema change) to one the mirror's column cannot
+  hold: the keys would no longer match the rows they name.
+Each is a `ChangeError` naming the table, the rows and the fix; the run stops before its commit, so the
+watermark stays and nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cdc.merge import TRUNCATE
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# Key type changes a mirror absorbs by widening its column (Iceberg's type promotions).
+WIDENINGS = {("int", "bigint"), ("float", "double")}
+
+
+class ChangeError(ValueError):
+    """A batch of changes the mirror refuses to apply; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    keys: int  # keys the batch changes
+    changes: int  # changelog rows
+    truncates: int  # truncates (changes without a key)
+
+
+def check_changes(table: str, changes: DataFrame, keys: list[str]) -> BatchTotals:
+    """The totals of a batch of changes, after checking it has no null key and no two different changes of a
+    key at one `_seq` (the same change delivered twice is no conflict). Two small aggregations of the batch."""
+    from pyspark.sql import functions as F
+
+    truncate = F.col("_op") == TRUNCATE
+    null_key = functools.reduce(operator.or_, [F.col(k).isNull() for k in keys]) & ~truncate
+    content = F.hash(*[F.col(c) for c in changes.columns if not c.startswith("_") or c in ("_op", "_is_deleted")])
+    positions = changes.groupBy(*keys, "_seq").agg(
+        F.count(F.lit(1)).alias("rows"), F.size(F.collect_set(content)).alias("versions"),
+        F.count(F.when(null_key, 1)).alias("null_keys"), F.count(F.when(truncate, 1)).alias("truncates"))
+    keyed = functools.reduce(operator.and_, [F.col(k).isNotNull() for k in keys])
+    totals = positions.groupBy(*keys).agg(
+        F.sum("rows").alias("rows"), F.max("versions").alias("versions"), F.sum("null_keys").alias("null_keys"),
+        F.sum("truncates").alias("truncates"),
+        F.first(F.when(F.col("versions") > 1, F.to_json(F.struct(*keys, "_seq"))), ignorenulls=True).alias("tie"),
+    ).select(
+        F.count(F.when(keyed, 1)).alias("keys"), F.coalesce(F.sum("rows"), F.lit(0)).alias("changes"),
+        F.coalesce(F.sum("null_keys"), F.lit(0)).alias("null_keys"), F.coalesce(F.sum("truncates"), F.lit(0)).alias("truncates"),
+        F.count(F.when(F.col("versions") > 1, 1)).alias("ties"), F.first("tie", ignorenulls=True).alias("tie"),
+    ).first()
+    assert totals is not None  # an aggregate without grouping has one row
+    if totals["null_keys"]:
+        raise ChangeError(
+            f"{table}: {totals['null_keys']} change(s) with a null key column ({', '.join(keys)}): they name no row. "
+            f"Check mirror.keys.{table} names the source's key, or repair the changelog rows (`_op <> 't'` "
+            "and a null key) before the next run")
+    if totals["ties"]:
+        raise ChangeError(
+            f"{table}: {totals['ties']} key(s) have different changes with the same _seq, e.g. {totals['tie']}: the "
+            "newest cannot be told. The source's positions are not unique per key (check the connector's "
+            "position fields); remove or correct the duplicates in the changelog before the next run")
+    return BatchTotals(int(totals["keys"]), int(totals["changes"]), int(totals["truncates"]))
+
+
+def check_key_types(table: str, mirror: dict[str, str], changes: dict[str, str]) -> dict[str, str]:
+    """The key columns whose type the mirror must widen (column -> new type); a `ChangeError` for a change no
+    widening absorbs."""
+    widen = {}
+    for column, kind in changes.items():
+        held = mirror.get(column)
+        if held is None or held == kind:
+            continue
+        if (held, kind) not in WIDENINGS:
+            raise ChangeError(
+                f"{table}: key column {column} is {kind} in the changelog but {held} in the mirror (the source "
+                f"changed its type). Rebuild the mirror: drop it (and its pending table) and run `pipeline mirror`, "
+                f"which builds it from the whole changelog")
+        widen[column] = kind
+    return widen

@@ -1,0 +1,170 @@
+"""The pending layout of an Iceberg mirror: a base table, folded now and then, and the changes merged since.
+
+A MERGE into a mirror reads the mirror to find the rows its changes replace, so its cost grows with the
+table: with keys spread at random, a few changes touch every file. In this layout a mirror run reads none of
+the mirror: it appends its changes (every one, not one per key) to `<mirror.pending_namespace>.<table>`
+(cost: the changes), with the watermark in the same commit. The current state is the overlay of the two
+(`cdc.merge.overlay_sql`), which the mirror's views and every reader of `mirror_state` see; `fold` (run by
+`pipeline maintain`) writes the overlay of the pending keys into the base and removes them from pending, so the
+overlay stays small. A table is in this layout when its pending table exists. Its base has one more column,
+`_unchanged`: the columns whose value no change has carried yet (TOAST placeholders, a delete of a key never
+seen), so a late change can still supply them. The design and its measurements: docs/mirror.md.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
+from pipeline.config.settings import PipelineConfig
+from tables.lake import (IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf,
+                         snapshot_properties)
+from tables.names import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger(__name__)
+
+WATERMARK = "pipeline.mirror.changelog-commit"  # commit metadata: the changelog commit a mirror merged through
+
+
+def pending_table(cfg: PipelineConfig, spark: SparkSession, name: str) -> IcebergLakeTable | None:
+    """The pending table of mirror `name`, when the mirror is in the pending layout (Iceberg only)."""
+    if cfg.lake.format != "iceberg":
+        return None
+    table = IcebergLakeTable(spark, name, cfg.mirror.pending_namespace, cfg)
+    return table if table.exists() else None
+
+
+def pending_columns(cfg: PipelineConfig, spark: SparkSession, name: str) -> list[str] | None:
+    """The columns of mirror `name` when it is in the pending layout (what its overlay lists), else None."""
+    if pending_table(cfg, spark, name) is None:
+        return None
+    return state_columns(lake_table(cfg, spark, cfg.mirror.namespace, name))
+
+
+def overlay_keys(cfg: PipelineConfig, name: str) -> list[str]:
+    """The key columns the overlay of mirror `name` matches rows by; an error naming the setting when unset."""
+    keys = cfg.mirror.key_columns(name)
+    if not keys:
+        raise ValueError(f"mirror {name} is in the pending layout and its state is resolved by key: set "
+                         f"mirror.keys.{name} = '<column>[,<column>…]'")
+    return keys
+
+
+def state_columns(base: LakeTable) -> list[str]:
+    """The columns of a mirror's state: the base's, without `_unchanged` (what the overlay resolves)."""
+    return [f.name for f in base.fields() if f.name != UNCHANGED]
+
+
+def create_pending(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, like: DataFrame) -> IcebergLakeTable:
+    """An empty pending table with the base's columns and `_unchanged`. Unpartitioned: an append writes one file
+    per task instead of shuffling the changes into the base's partitions, and a lookup reads a few small files."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, cfg.mirror.pending_namespace)}")
+    table = IcebergLakeTable(spark, base.name, cfg.mirror.pending_namespace, cfg)
+    table.create(with_unchanged(like), [], "copy-on-write")
+    return table
+
+
+def with_unchanged(changes: DataFrame) -> DataFrame:
+    """`changes` with an `_unchanged` column (null: every column carried), as the pending table has it."""
+    from pyspark.sql import functions as F
+
+    return changes if UNCHANGED in changes.columns else changes.withColumn(UNCHANGED, F.lit(None).cast("array<string>"))
+
+
+def append_pending(pending: IcebergLakeTable, changes: DataFrame, metadata: dict[str, str]) -> None:
+    """Append changes to a pending table, with `metadata` in the same commit. A column the changes lack (one
+    the source no longer sends) is listed in `_unchanged`: the row keeps its last value, as in a MERGE."""
+    from pyspark.sql import functions as F
+
+    changes = with_unchanged(changes)
+    fields = pending.fields()
+    missing = [f.name for f in fields if f.name not in changes.columns]
+    if missing:
+        known = F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>"))
+        changes = changes.withColumn(UNCHANGED, F.array_union(known, F.array(*[F.lit(name) for name in missing])))
+    aligned = changes.select(*[F.col(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                               for f in fields])
+    with session_conf(pending.spark, snapshot_properties(metadata)):
+        aligned.writeTo(pending.ref).append()
+
+
+
+def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> dict[str, str]:
+    """The identifiers `overlay_sql` and `resolved_sql` take, each table optionally pinned (`VERSION AS OF n`)."""
+    return {"table": base.ref, "pending": f"{pending.ref} {pinned}".strip()}
+
+
+def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFrame:
+    """The current state of mirror `name`, soft-deleted rows included, whatever its layout."""
+    base = lake_table(cfg, spark, cfg.mirror.namespace, name)
+    pending = pending_table(cfg, spark, name)
+    if pending is None:
+        return base.read()
+    body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
+    return spark.sql(body.format(**overlay_refs(base, pending)))
+
+
+def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_of: str) -> DataFrame:
+    """The state of mirror `name` at a lake commit: a snapshot id of its base or pending table, or a
+    timestamp. Both tables are read as of that time (the commit's time for an id), so the overlay is the
+    one readers saw then."""
+    base, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
+    assert isinstance(base, IcebergLakeTable) and pending is not None
+    moment = as_of
+    if as_of.isdigit():
+        found = base.commit_time(int(as_of)) or pending.commit_time(int(as_of))
+        if found is None:
+            raise ValueError(f"no commit {as_of} in {base.ref} or {pending.ref}: use one of their snapshot ids "
+                             "(`SELECT * FROM <table>.snapshots`) or a timestamp")
+        moment = found
+    pinned = f"TIMESTAMP AS OF '{moment}'"
+    if not pending.has_commit_by(moment):  # the mirror took this layout later: its base alone was the state
+        return base.read(moment).drop(UNCHANGED)
+    refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}
+    body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
+    return spark.sql(body.format(**refs))
+
+
+def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: DataFrame,
+               metadata: dict[str, str]) -> None:
+    """The first build of a mirror in this layout: `changes` resolved as a fold resolves them (against the
+    empty base) and appended to the base, with `metadata` in the same commit. Nothing goes through pending."""
+    view = f"building_{base.name}"
+    with_unchanged(changes).createOrReplaceTempView(view)
+    keys, columns = overlay_keys(cfg, base.name), state_columns(base)
+    resolved = spark.sql(resolved_sql(columns, keys).format(table=base.ref, pending=quote(view)))
+    if cfg.mirror.delete_mode == "hard":
+        resolved = resolved.where("NOT _is_deleted")
+    with session_conf(spark, snapshot_properties(metadata)):
+        resolved.writeTo(base.ref).append()
+    spark.catalog.dropTempView(view)
+
+
+def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
+    """Write the pending changes of mirror `name` into its base and remove them from pending; the number of keys
+    folded. Safe to repeat and to crash in: a change left in pending after its fold resolves to the same row."""
+    base, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
+    if pending is None:
+        return 0
+    # Read before the commit it is carried past: a change appended in between is folded by the next fold.
+    merged = pending.commit_metadata(WATERMARK)
+    through = pending.commit_id()
+    if through is None:
+        return 0
+    keys, columns = overlay_keys(cfg, name), state_columns(base)
+    pinned = overlay_refs(base, pending, f"VERSION AS OF {through}")
+    resolved = spark.sql(resolved_sql(columns, keys).format(**pinned)).localCheckpoint()
+    count = resolved.count()
+    if count:
+        # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
+        with session_conf(spark, merge_join_conf(cfg, name, keys)):
+            base.merge(resolved, fold_clauses([*columns, UNCHANGED], keys, cfg.mirror.delete_mode),
+                       {WATERMARK: merged[1]} if merged else {})
+        pending.remove_files_of(through)
+    log.info("mirror.folded", table=base.ref, keys=count, pending_commit=through)
+    return count
