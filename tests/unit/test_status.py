@@ -79,3 +79,11 @@ def test_an_unreachable_transport_is_named_and_the_lake_still_reported() -> None
     status = LakeStatus(NOW, _status(None).tables, [], None, ["Kafka at 127.0.0.1:1 is unreachable: timed out"])
     text = as_text(status)
     assert "db_orders" in text and "transport lag unknown: Kafka at 127.0.0.1:1 is unreachable" in text
+
+
+def test_in_the_pending_layout_the_newest_watermark_of_base_or_pending_counts() -> None:
+    changelog = TableFacts("t", 30, [_commit(1, 30), _commit(2, 20), _commit(3, 10)])
+    base = TableFacts("t", 12, [_commit(7, 25, operation="overwrite", watermark=1)])
+    pending = TableFacts("t", 5, [_commit(8, 15, watermark=2)])
+    state = mirror_state(changelog, base, NOW, pending)
+    assert state is not None and (state.watermark, state.pending_commits) == (2, 1)

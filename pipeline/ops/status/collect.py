@@ -46,13 +46,14 @@ def collect(cfg: PipelineConfig, now: datetime | None = None) -> LakeStatus:
         if changelog is None:
             continue
         mirror = lake.facts(mirror_ns, name)
+        pending = lake.facts(cfg.mirror.pending_namespace, name) if cfg.lake.format == "iceberg" else None
         history = changelog_history(changelog)
         last = history[-1] if history else None
         tables.append(TableStatus(
             table=name, changelog_rows=changelog.rows,
             last_batch_at=last.at if last else None, last_batch_rows=last.rows if last else 0,
             last_batch_rate=last.rows / last.seconds if last and last.seconds else None, history=history,
-            transport=_transport_of(name, sources), mirror=mirror_state(changelog, mirror, now),
+            transport=_transport_of(name, sources), mirror=mirror_state(changelog, mirror, now, pending),
             dead_letters=dead.get(name, {}), last_maintenance=last_compaction(changelog, mirror)))
     return LakeStatus(now, tables, sources, cfg.status.max_lag, unreachable)
 

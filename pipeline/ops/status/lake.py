@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from pipeline.ops.status.model import Commit, MirrorState
-from pipeline.stages.mirror import WATERMARK
 from tables.append import BATCH_STARTED
 from tables.names import UnmappableName, topic_table_name
+from tables.pending import WATERMARK
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -50,15 +50,19 @@ def changelog_history(table: TableFacts) -> list[Commit]:
             for c in table.commits if c.operation in {"append", "WRITE", "STREAMING UPDATE"} and c.rows_added]
 
 
-def mirror_state(changelog: TableFacts, mirror: TableFacts | None, now: datetime) -> MirrorState | None:
-    """How far the mirror has merged the changelog: its watermark, and the age of what waits to be merged."""
-    marks = [c.watermark for c in (mirror.commits if mirror else []) if c.watermark is not None]
+def mirror_state(changelog: TableFacts, mirror: TableFacts | None, now: datetime,
+                 pending: TableFacts | None = None) -> MirrorState | None:
+    """How far the mirror has merged the changelog: its watermark, and the age of what waits to be merged. In
+    the pending layout (`pending`: its pending table) runs put the watermark on the pending table and folds on
+    the mirror: the newest of either counts."""
+    marks = [c.watermark for table in (mirror, pending) if table for c in table.commits if c.watermark is not None]
     if not marks:
         return None
     position = {c.id: i for i, c in enumerate(changelog.commits)}
-    through = position.get(marks[-1])
+    mark = max(marks, key=lambda m: position.get(m, -1))
+    through = position.get(mark)
     waiting = [c for c in changelog.commits[(through + 1 if through is not None else 0):] if c.rows_added]
-    return MirrorState(watermark=marks[-1],
+    return MirrorState(watermark=mark,
                        merged_at=changelog.commits[through].at if through is not None else None,
                        pending_commits=len(waiting),
                        lag_seconds=(now - waiting[0].at).total_seconds() if waiting else 0.0)
