@@ -143,3 +143,18 @@ def test_status_of_a_kinesis_stream_says_how_old_its_oldest_waiting_record_is(st
         waiting = collect(cfg).sources
     assert [(s.transport, s.source, s.records, s.seconds) for s in caught_up] == [("kinesis", prefix, None, 0.0)]
     assert len(waiting) == 1 and waiting[0].seconds is not None and waiting[0].seconds > 0
+
+
+def test_status_of_an_sqs_queue_counts_its_waiting_messages(stack, cfg: PipelineConfig) -> None:
+    import boto3
+
+    from pipeline.ops.status.transport import sqs_lag
+
+    queue = f"status-{uuid.uuid4().hex[:8]}"
+    sqs = boto3.client("sqs", **cfg.aws.boto3_kwargs())
+    url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+    cfg = cfg.model_copy(update={"dms_files": cfg.dms_files.model_copy(update={"queue": queue})})
+    assert (sqs_lag(cfg).records, sqs_lag(cfg).seconds) == (0, 0.0)
+    for body in ("a", "b"):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    assert (sqs_lag(cfg).source, sqs_lag(cfg).records, sqs_lag(cfg).seconds) == (queue, 2, None)

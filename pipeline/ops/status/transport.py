@@ -163,11 +163,13 @@ def _timestamp_at(consumer, position) -> int | None:  # type: ignore[no-untyped-
 
 
 def sqs_lag(cfg: PipelineConfig) -> SourceLag:
+    """The queue's waiting and in-flight messages, found as the stage finds its queue (a missing one is named)."""
     import boto3
 
-    sqs = boto3.client("sqs", **cfg.aws.boto3_kwargs())
-    url = cfg.dms_files.queue_url or sqs.get_queue_url(QueueName=cfg.dms_files.queue)["QueueUrl"]
-    found = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
+    from pipeline.stages.changelog.transports.s3sqs import S3SqsTransport
+
+    url = S3SqsTransport(cfg).queue_url
+    found = boto3.client("sqs", **cfg.aws.boto3_kwargs()).get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
                                                                    "ApproximateNumberOfMessagesNotVisible"])
     waiting = sum(int(v) for v in found["Attributes"].values())
     return SourceLag("s3-sqs", cfg.dms_files.queue, waiting, 0.0 if not waiting else None)
