@@ -5,7 +5,8 @@ merges 100k changes (70% updates, 20% inserts, 10% deletes) twice: keys uniform 
 keys skewed to recent rows (80% of the updates and deletes hit the newest 5% of the keys). Each merge is
 compared with the changelog append of the same changes (timed in the same run), and each size with the naive
 way (rebuild the state from the whole changelog with a window function and overwrite). Growth is the merge's
-time at the largest size over its time at the smallest.
+time at the largest size over its time at the smallest. In the pending layout it then times the fold that
+`pipeline maintain` runs: the pending changes of both merges written into the base.
 
 The product's default settings (`mirror.layout`, `mirror.write_mode`); the mirror is bucketed by its key, as a
 data engineer lays out a large mirror served by key (`--partition-by`, '' for none; Delta takes columns only:
@@ -34,6 +35,7 @@ from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stages.mirror import MirrorStage  # noqa: E402
 from tables.append import Appender, DeltaAppender, IcebergAppender  # noqa: E402
 from tables.lake import lake_table  # noqa: E402
+from tables.pending import fold, pending_table  # noqa: E402
 
 TABLE = "bench_artists"
 PARTITION_BY = "bucket(16, artist_id)"  # how a data engineer lays out a large mirror that is merged into by key
@@ -108,6 +110,9 @@ def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
         next_key += count
         figures[f"merge {distribution}"] = timed(f"{short(rows)}: mirror merge of {short(count)} ({distribution})",
                                                  lambda: stage.merge_table(TABLE))
+    if pending_table(cfg, spark, TABLE) is not None:
+        figures["fold"] = timed(f"{short(rows)}: fold of {short(count * len(DISTRIBUTIONS))} pending changes",
+                                lambda: fold(cfg, spark, TABLE))
     figures["rebuild"] = timed(f"{short(rows)}: naive rebuild from the changelog", lambda: rebuild(spark, cfg))
     return figures
 
@@ -151,7 +156,8 @@ def main() -> None:
     for rows, figures in results.items():
         print(f"{short(rows)}: " + ", ".join(
             f"{d} merge {figures[f'merge {d}']:.1f} s = {figures[f'merge {d}'] / figures[f'append {d}']:.1f}x the append"
-            for d in DISTRIBUTIONS) + f", rebuild {figures['rebuild']:.1f} s")
+            for d in DISTRIBUTIONS) + (f", fold {figures['fold']:.1f} s" if "fold" in figures else "")
+            + f", rebuild {figures['rebuild']:.1f} s")
     merge = large["merge uniform"]
     print(f"mirror: {short(args.changes)} into {short(sizes[-1])} in {merge:.1f} s, "
           f"{merge / large['append uniform']:.1f}x the append, {large['rebuild'] / merge:.1f}x faster than a rebuild, "

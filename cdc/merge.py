@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -154,6 +155,12 @@ def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft
                         not_matched=(Clause("insert", "NOT s._is_deleted" if hard else None, every),))
 
 
+def data_columns(columns: list[str], keys: Sequence[str]) -> list[str]:
+    """The source's own columns among `columns`: not a key, not one of the pipeline's `_` columns. Only these
+    can be left unknown by a change (a TOAST placeholder, a delete)."""
+    return [c for c in columns if not c.startswith("_") and c not in keys]
+
+
 def resolved_sql(columns: list[str], keys: list[str]) -> str:
     """Spark SQL over `{table}` (a mirror's base) and `{pending}` (the changes merged since its last fold): one
     row per pending key, as the source's history in `_seq` order defines it, whatever order the changes
@@ -168,7 +175,7 @@ def resolved_sql(columns: list[str], keys: list[str]) -> str:
     rows = (f"SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {{table}} b "
             f"WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE {match}) "
             f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {{pending}}")
-    data = [c for c in columns if not c.startswith("_") and c not in keys]
+    data = data_columns(columns, keys)
 
     def knows(column: str) -> str:
         if column in TOMBSTONE:

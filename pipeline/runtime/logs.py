@@ -46,7 +46,7 @@ def configure(level: str = "INFO", fmt: str = "text", verbose: bool = False) -> 
     """Route structlog and the standard library's logging to stderr in one format. librdkafka's own lines
     (refused connections, retries) show only with `verbose` or at DEBUG: the pipeline names outages itself."""
     renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(
-        colors=False, pad_event=0, pad_level=False
+        colors=False, pad_event_to=0, pad_level=False
     )
     structlog.configure(
         processors=[

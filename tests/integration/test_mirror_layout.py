@@ -15,6 +15,8 @@ from pipeline.ops.maintain import maintain_lake
 from pipeline.ops.timetravel import query
 from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
 from tables.append import IcebergAppender
+from tables.catalog import load_pyiceberg_catalog
+from tables.current_state import read_current_state
 from tables.lake import lake_table
 from tables.pending import fold, mirror_state, pending_table
 
@@ -91,6 +93,19 @@ def _state(frame) -> dict[int, dict]:
             for row in frame.collect()}
 
 
+def _pyiceberg_state(cfg: PipelineConfig, name: str) -> dict[int, dict]:
+    """The current state as a pyiceberg user reads it (`tables.current_state`), in `_state`'s shape."""
+    catalog = load_pyiceberg_catalog(cfg.catalog, cfg.aws)
+    rows = read_current_state(catalog, f"{cfg.mirror.namespace}.{name}", ["id"],
+                              pending_namespace=cfg.mirror.pending_namespace, delete_mode=cfg.mirror.delete_mode)
+    def spark_like(value):  # Spark hands timestamps back naive, in the session's (here the machine's) zone
+        if isinstance(value, dict):
+            return tuple(value.values())
+        return value.astimezone().replace(tzinfo=None) if isinstance(value, datetime) else value
+
+    return {row["id"]: {c: spark_like(row[c]) for c in (*TABLE_COLUMNS, *TOMBSTONE)} for row in rows.to_pylist()}
+
+
 def _setup(cfg: PipelineConfig, spark, **mirror) -> tuple[PipelineConfig, str, IcebergAppender]:
     tag = uuid.uuid4().hex[:6]
     name = f"layout_{tag}"
@@ -126,6 +141,7 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
             assert spark.table(pending.ref).count() == 0 and lake_table(cfg, spark, cfg.mirror.namespace, name).read().count() > 0
         expected = _model(landed, delete_mode)
         assert _state(mirror_state(cfg, spark, name)) == expected, f"after batch {number}"
+        assert _pyiceberg_state(cfg, name) == expected, f"pyiceberg after batch {number}"
         view = f"{cfg.catalog.name}.{cfg.mirror.namespace}.{name}{cfg.mirror.view_suffix}"
         assert _state(spark.table(view)) == {k: r for k, r in expected.items() if not r["_is_deleted"]}
         if number == 2:  # a state that lives in the pending table, for time travel below
@@ -134,6 +150,7 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
             assert fold(cfg, spark, name) > 0  # a fold in the middle changes nothing a reader sees
             assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
             assert _state(mirror_state(cfg, spark, name)) == expected
+            assert _pyiceberg_state(cfg, name) == expected
     # Re-running the last batch's changes (a lost watermark) and folding twice change nothing either.
     _land(spark, appender, name, batches[-1], len(batches))
     stage.merge_table(name)
