@@ -124,7 +124,13 @@ def history_sql(columns: list[str], keys: list[str], tracked_columns: list[str])
     return f"{untouched} UNION ALL SELECT {listed} FROM ({versions_sql(columns, keys, tracked_columns)}) r"
 
 
-def replaced_sql(columns: list[str], keys: list[str], tracked_columns: list[str]) -> str:
+def touched_sql(keys: list[str]) -> str:
+    """The stored versions (`{table}`) of the keys the new changes (`{pending}`) name: all a rebuild reads."""
+    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    return f"SELECT * FROM {{table}} b WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
+
+
+def replaced_sql(columns: list[str], keys: list[str]) -> str:
     """What a merge of rebuilt versions writes (over `{table}` and `{pending}`): every rebuilt version, and
     each stored version of those keys the rebuild no longer has (`_drop`: a version a late change moved)."""
     match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)

@@ -16,7 +16,8 @@ import uuid
 from typing import TYPE_CHECKING
 
 from cdc.merge import UNCHANGED
-from cdc.scd2 import VERSION_COLUMNS, history_sql, is_history, replaced_sql, tracked, version_clauses, versions_sql
+from cdc.scd2 import (VERSION_COLUMNS, history_sql, is_history, replaced_sql, touched_sql, tracked, version_clauses,
+                       versions_sql)
 from pipeline.config.settings import PipelineConfig
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf, snapshot_properties
 from tables.names import quote
@@ -77,15 +78,17 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
         frame.createOrReplaceTempView(views[-1])
         return quote(views[-1])
 
-    stored = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
-    pending = changes if isinstance(changes, str) else view(changes)
-    rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns))
-                        .format(table=stored, pending=pending)).localCheckpoint()
-    merged = spark.sql(replaced_sql(columns, keys, []).format(table=stored, pending=pending, rebuilt=view(rebuilt)))
-    merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
-    count = rebuilt.count()
-    if count:
-        with session_conf(spark, merge_join_conf(cfg, base.name, keys)):
+    with session_conf(spark, merge_join_conf(cfg, base.name, keys)):  # a key-bucketed table: joins without its shuffle
+        table = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
+        pending = changes if isinstance(changes, str) else view(changes)
+        # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
+        stored = view(spark.sql(touched_sql(keys).format(table=table, pending=pending)).localCheckpoint())
+        rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns))
+                            .format(table=stored, pending=pending)).localCheckpoint()
+        merged = spark.sql(replaced_sql(columns, keys).format(table=stored, pending=pending, rebuilt=view(rebuilt)))
+        merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
+        count = rebuilt.count()
+        if count:
             base.merge(merged, version_clauses([*columns, UNCHANGED, *VERSION_COLUMNS], keys), metadata)
     for name in views:
         spark.catalog.dropTempView(name)
