@@ -56,11 +56,16 @@ def tracked(columns: list[str], keys: list[str], track: list[str] | None, track_
     return [c for c in data if c not in (track_except or [])]
 
 
+def _same_key(keys: list[str]) -> str:
+    """A pending change `p` and a stored version `b` of one key."""
+    return " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+
+
 def versions_sql(columns: list[str], keys: list[str], tracked_columns: list[str]) -> str:
     """Spark SQL over `{table}` (stored versions) and `{pending}` (new changes): the versions of every key
     `{pending}` names, rebuilt. `columns` are the change columns (without `_unchanged` and the version
     columns); the result has those, `_unchanged` and `VERSION_COLUMNS`."""
-    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    match = _same_key(keys)
     listed = ", ".join(quote(c) for c in columns)
     as_first = ", ".join("_seq_from AS _seq" if c == "_seq" else "_valid_from AS _source_ts" if c == "_source_ts"
                          else quote(c) for c in columns)
@@ -118,7 +123,7 @@ def history_sql(columns: list[str], keys: list[str], tracked_columns: list[str])
     """Every version of an SCD2 table in the pending layout (Spark SQL over `{table}` and `{pending}`): the
     stored versions of keys without new changes, and the rebuilt versions of the others. `columns` are the
     change columns; the result has those and `VERSION_COLUMNS`."""
-    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    match = _same_key(keys)
     listed = ", ".join(quote(c) for c in (*columns, *VERSION_COLUMNS))
     untouched = f"SELECT {listed} FROM {{table}} b WHERE NOT EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
     return f"{untouched} UNION ALL SELECT {listed} FROM ({versions_sql(columns, keys, tracked_columns)}) r"
@@ -126,14 +131,14 @@ def history_sql(columns: list[str], keys: list[str], tracked_columns: list[str])
 
 def touched_sql(keys: list[str]) -> str:
     """The stored versions (`{table}`) of the keys the new changes (`{pending}`) name: all a rebuild reads."""
-    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    match = _same_key(keys)
     return f"SELECT * FROM {{table}} b WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
 
 
 def replaced_sql(columns: list[str], keys: list[str]) -> str:
     """What a merge of rebuilt versions writes (over `{table}` and `{pending}`): every rebuilt version, and
     each stored version of those keys the rebuild no longer has (`_drop`: a version a late change moved)."""
-    match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
+    match = _same_key(keys)
     same = " AND ".join([*(f"r.{quote(k)} = b.{quote(k)}" for k in keys), "r._seq_from = b._seq_from"])
     listed = ", ".join(quote(c) for c in (*columns, UNCHANGED, *VERSION_COLUMNS))
     gone = (f"SELECT {listed}, true AS {DROP} FROM {{table}} b WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE "

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.maintain import maintain_lake
+from pipeline.ops.timetravel import query
 from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
 from tables.append import DeltaAppender, IcebergAppender
 from tables.lake import lake_table
@@ -89,6 +90,8 @@ def test_versions_equal_the_model_with_late_and_duplicate_changes_folds_and_reru
         assert _state(mirror_state(cfg, spark, name)) == expected, f"after batch {number}"
         if number == 0:  # the first run builds the table's versions straight away
             assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
+        if number == 1:  # versions that live in the pending table, for time travel below
+            then = (pending_table(cfg, spark, name).commit_id(), expected)
         if number == 2:
             assert fold(cfg, spark, name) > 0  # a fold in the middle changes nothing a reader sees
             assert _state(mirror_state(cfg, spark, name)) == expected
@@ -105,6 +108,8 @@ def test_versions_equal_the_model_with_late_and_duplicate_changes_folds_and_reru
     maintain_lake(cfg, spark, [name])
     assert _state(lake_table(cfg, spark, cfg.mirror.namespace, name).read()) == expected
     assert all(r.changes == 0 for r in stage.run_once())
+    # Time travel to a pending commit: the versions readers saw then.
+    assert _state(query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{name}", as_of=str(then[0]))) == then[1]
 
 
 @pytest.mark.parametrize(("lake_format", "setting", "columns"), [("iceberg", "track_history_columns", "city"),
