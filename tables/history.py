@@ -60,9 +60,14 @@ def history_state(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, pen
     """Every version of SCD2 table `base`, with the changes of `pending_ref` (its pending table) applied."""
     if pending_ref is None:
         return base.read().drop(UNCHANGED)
+    return overlaid_history(cfg, spark, base, {"table": base.ref, "pending": pending_ref})
+
+
+def overlaid_history(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, refs: dict[str, str]) -> DataFrame:
+    """`history_sql` of SCD2 table `base` over `refs` (its base and pending table, each maybe pinned)."""
     columns = change_columns(base)
     body = history_sql(columns, cfg.mirror.key_columns(base.name), tracked_columns(cfg, base.name, columns))
-    return spark.sql(body.format(table=base.ref, pending=pending_ref))
+    return spark.sql(body.format(**refs))
 
 
 def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: str | DataFrame,

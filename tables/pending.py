@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
-from cdc.scd2 import history_sql
 from pipeline.config.settings import PipelineConfig
-from tables.history import append_versions, change_columns, history_state, tracked_columns, write_versions
+from tables.history import append_versions, history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
 from tables.names import quote
@@ -135,9 +134,7 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
         return base.read(moment).drop(UNCHANGED)
     refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}
     if cfg.mirror.scd_type_of(name) == 2:
-        columns = change_columns(base)
-        body = history_sql(columns, overlay_keys(cfg, name), tracked_columns(cfg, name, columns))
-        return spark.sql(body.format(**refs))
+        return overlaid_history(cfg, spark, base, refs)
     body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
     return spark.sql(body.format(**refs))
 
