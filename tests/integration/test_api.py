@@ -40,3 +40,14 @@ def test_bad_input_names_the_table_and_column_before_writing(spark) -> None:
         apply_changes(spark, target=target, source=untimed, keys=["order_id"], sequence_by="_seq",
                       stored_as_scd_type=2)
     assert not spark.catalog.tableExists(target)
+
+
+def test_ignored_nulls_keep_the_value_and_column_lists_shape_the_target(spark) -> None:
+    target = f"lake.api_{uuid.uuid4().hex[:6]}.orders"
+    schema = "order_id INT, status STRING, note STRING, _seq BIGINT"
+    for rows in ([(1, "new", "ring twice", 1), (2, "new", "x", 2)], [(1, None, None, 3), (2, "shipped", None, 4)]):
+        apply_changes(spark, target=target, source=spark.createDataFrame(rows, schema), keys=["order_id"],
+                      sequence_by="_seq", ignore_null_updates_column_list=["note"], except_column_list=["status"])
+    state = spark.table(target).orderBy("order_id")
+    assert "status" not in state.columns
+    assert [(r.order_id, r.note, r._seq.source_major) for r in state.collect()] == [(1, "ring twice", 3), (2, "x", 4)]
