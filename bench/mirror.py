@@ -13,7 +13,9 @@ data engineer lays out a large mirror served by key (`--partition-by`, '' for no
 `--set lake.format=delta --partition-by ''`, with `--set mirror.write_mode=merge-on-read` for deletion vectors). Needs no services: the
 changelog is synthesised in Spark in a throw-away folder. Usage:
 bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
-Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
+The SCD2 mirror of the same changelog (`mirror.scd_type = 2`) is built and merged into too, and its line
+(`scd2: 100k into 10M in <s> s, <x>x the append, growth <x> (uniform); fold <s> s, growth <x>`) comes before the
+summary. Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
 <x> (skewed)`.
 """
 
@@ -114,6 +116,26 @@ def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
         figures["fold"] = timed(f"{short(rows)}: fold of {short(count * len(DISTRIBUTIONS))} pending changes",
                                 lambda: fold(cfg, spark, TABLE))
     figures["rebuild"] = timed(f"{short(rows)}: naive rebuild from the changelog", lambda: rebuild(spark, cfg))
+    figures.update(history_figures(spark, cfg, appender, rows, count, next_key))
+    return figures
+
+
+def history_figures(spark, cfg, appender: Appender, rows: int, count: int, next_key: int) -> dict[str, float]:
+    """The same changelog as an SCD2 mirror (`mirror.scd_type`), in a namespace of its own: built from every
+    change so far, then `count` more changes (uniform) merged, timed against their append, then folded."""
+    history = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={
+        "namespace": f"{cfg.mirror.namespace}_scd2", "pending_namespace": f"{cfg.mirror.pending_namespace}_scd2",
+        "scd_type": {TABLE: 2}})})
+    stage = MirrorStage(history, spark)
+    timed(f"{short(rows)}: SCD2 mirror build", lambda: stage.merge_table(TABLE))
+    batch = changes(spark, count, len(DISTRIBUTIONS) + 1, rows, next_key)
+    figures = {"scd2 append": timed(f"{short(rows)}: changelog append of {short(count)} (uniform)",
+                                    lambda: appender.append(batch, TABLE, "bench", len(DISTRIBUTIONS) + 1))}
+    figures["scd2 merge"] = timed(f"{short(rows)}: SCD2 mirror merge of {short(count)} (uniform)",
+                                  lambda: stage.merge_table(TABLE))
+    if pending_table(history, spark, TABLE) is not None:
+        figures["scd2 fold"] = timed(f"{short(rows)}: SCD2 fold of {short(count)} pending changes",
+                                     lambda: fold(history, spark, TABLE))
     return figures
 
 
@@ -158,6 +180,11 @@ def main() -> None:
             f"{d} merge {figures[f'merge {d}']:.1f} s = {figures[f'merge {d}'] / figures[f'append {d}']:.1f}x the append"
             for d in DISTRIBUTIONS) + (f", fold {figures['fold']:.1f} s" if "fold" in figures else "")
             + f", rebuild {figures['rebuild']:.1f} s")
+    scd2 = large["scd2 merge"]
+    print(f"scd2: {short(args.changes)} into {short(sizes[-1])} in {scd2:.1f} s, {scd2 / large['scd2 append']:.1f}x the "
+          f"append, growth {scd2 / small['scd2 merge']:.2f} (uniform)" + (
+              f"; fold {large['scd2 fold']:.1f} s, growth {large['scd2 fold'] / small['scd2 fold']:.2f}"
+              if "scd2 fold" in large else ""))
     merge = large["merge uniform"]
     print(f"mirror: {short(args.changes)} into {short(sizes[-1])} in {merge:.1f} s, "
           f"{merge / large['append uniform']:.1f}x the append, {large['rebuild'] / merge:.1f}x faster than a rebuild, "

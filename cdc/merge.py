@@ -130,7 +130,7 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
             for c in columns if carries and not c.startswith("_") and c not in keys}
     update = {**every, **kept}
     # A soft delete keeps the row's last known values and records only the deletion.
-    tombstone = {quoted[c]: f"s.{quoted[c]}" for c in TOMBSTONE}
+    tombstone = {quoted[c]: f"s.{quoted[c]}" for c in TOMBSTONE if c in quoted}  # `_source`: the changelog's only
     if delete_mode == "hard":
         on_delete = Clause("delete", f"{newer} AND s._is_deleted", {})
         insert = Clause("insert", "NOT s._is_deleted", every)

@@ -3,6 +3,9 @@
 - A change with a null key column (other than a truncate, which has no key): it names no row.
 - Two different changes of one key with the same `_seq`: "the newest wins" has no answer, and picking one
   would make the mirror depend on the order Spark read them in.
+- A change with a null sequence (`_seq`, or `apply_changes`' `sequence_by`): its order is unknown.
+- A change without a source time in an SCD2 table: versions are dated by it.
+- A key or sequence column the changes lack (`check_columns`).
 - A key column whose type changed at the source (after a schema change) to one the mirror's column cannot
   hold: the keys would no longer match the rows they name.
 Each is a `ChangeError` naming the table, the rows and the fix; the run stops before its commit, so the
@@ -36,9 +39,21 @@ class BatchTotals:
     truncates: int  # truncates (changes without a key)
 
 
-def check_changes(table: str, changes: DataFrame, keys: list[str]) -> BatchTotals:
-    """The totals of a batch of changes, after checking it has no null key and no two different changes of a
-    key at one `_seq` (the same change delivered twice is no conflict). Two small aggregations of the batch."""
+def check_columns(table: str, columns: list[str], keys: list[str], sequence_by: str) -> None:
+    """The key and sequence columns are there: a `ChangeError` naming the missing ones, before any work."""
+    missing = [c for c in (*keys, sequence_by) if c not in columns]
+    if missing:
+        raise ChangeError(
+            f"{table}: the changes have no column {', '.join(missing)} (columns: {', '.join(columns)}). Name the "
+            f"key columns in mirror.keys.{table} (apply_changes: keys=) and the order in sequence_by= as the "
+            "changes spell them")
+
+
+def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: str = "_seq",
+                  history: bool = False) -> BatchTotals:
+    """The totals of a batch of changes, after checking it has no null key, no null sequence (`sequence_by`
+    names it for the message), no two different changes of a key at one `_seq` (the same change delivered twice
+    is no conflict), and with `history` (SCD2), no change without a source time. Two small aggregations."""
     from pyspark.sql import functions as F
 
     truncate = F.col("_op") == TRUNCATE
@@ -46,18 +61,33 @@ def check_changes(table: str, changes: DataFrame, keys: list[str]) -> BatchTotal
     content = F.hash(*[F.col(c) for c in changes.columns if not c.startswith("_") or c in ("_op", "_is_deleted")])
     positions = changes.groupBy(*keys, "_seq").agg(
         F.count(F.lit(1)).alias("rows"), F.size(F.collect_set(content)).alias("versions"),
-        F.count(F.when(null_key, 1)).alias("null_keys"), F.count(F.when(truncate, 1)).alias("truncates"))
+        F.count(F.when(null_key, 1)).alias("null_keys"), F.count(F.when(truncate, 1)).alias("truncates"),
+        F.count(F.when(F.col("_seq.source_major").isNull(), 1)).alias("null_seqs"),
+        F.count(F.when(F.col("_source_ts").isNull(), 1)).alias("null_times"))
     keyed = functools.reduce(operator.and_, [F.col(k).isNotNull() for k in keys])
     totals = positions.groupBy(*keys).agg(
         F.sum("rows").alias("rows"), F.max("versions").alias("versions"), F.sum("null_keys").alias("null_keys"),
-        F.sum("truncates").alias("truncates"),
+        F.sum("truncates").alias("truncates"), F.sum("null_seqs").alias("null_seqs"),
+        F.sum("null_times").alias("null_times"),
         F.first(F.when(F.col("versions") > 1, F.to_json(F.struct(*keys, "_seq"))), ignorenulls=True).alias("tie"),
     ).select(
         F.count(F.when(keyed, 1)).alias("keys"), F.coalesce(F.sum("rows"), F.lit(0)).alias("changes"),
         F.coalesce(F.sum("null_keys"), F.lit(0)).alias("null_keys"), F.coalesce(F.sum("truncates"), F.lit(0)).alias("truncates"),
+        F.coalesce(F.sum("null_seqs"), F.lit(0)).alias("null_seqs"),
+        F.coalesce(F.sum("null_times"), F.lit(0)).alias("null_times"),
         F.count(F.when(F.col("versions") > 1, 1)).alias("ties"), F.first("tie", ignorenulls=True).alias("tie"),
     ).first()
     assert totals is not None  # an aggregate without grouping has one row
+    if totals["null_seqs"]:
+        raise ChangeError(
+            f"{table}: {totals['null_seqs']} change(s) with a null {sequence_by}: their order is unknown, so the "
+            f"newest cannot be told. Fill {sequence_by} (the source's commit position or time) or filter those "
+            "changes out before applying them")
+    if history and totals["null_times"]:
+        raise ChangeError(
+            f"{table}: {totals['null_times']} change(s) without a source time (_source_ts): an SCD2 table dates "
+            f"each version by its source commit time. Use a source whose changes carry their commit time "
+            f"(apply_changes: source_time=<column>), or keep {table} at SCD type 1 (mirror.scd_type.{table} = 1)")
     if totals["null_keys"]:
         raise ChangeError(
             f"{table}: {totals['null_keys']} change(s) with a null key column ({', '.join(keys)}): they name no row. "

@@ -100,6 +100,29 @@ class TruthStore:
             "WHERE table_name = ? AND row_key = ? ORDER BY commit_order", (table, key))
         return [TruthChange(table, key, *row[:1], orjson.loads(row[1]), *row[2:]) for row in rows]
 
+    def versions(self, table: str, tracked: list[str], names: tuple[str, str, str, str]) -> dict[tuple, dict[str, Any]]:
+        """The SCD2 versions of `table`'s keys, (key, number) -> row: a run of a key's changes whose `tracked`
+        columns and deletion stay the same is one version, holding its newest change's values. `names` are the
+        columns of the version's number, start and end (ms of source time), and deletion."""
+        number, start, end, deleted = names
+        self.index()
+        rows = self._db.execute("SELECT row_key, op, row_image, commit_us FROM changes WHERE table_name = ? "
+                                "ORDER BY row_key, commit_order", (table,))
+        versions: dict[tuple, dict[str, Any]] = {}
+        last: tuple | None = None
+        for key, op, image, commit_us in rows:
+            row = orjson.loads(image)
+            signature = (key, op == "d", *[row.get(c) for c in tracked])
+            if last is not None and signature == last[1]:
+                versions[last[0]].update(row)
+                continue
+            if last is not None and last[0][0] == key:
+                versions[last[0]][end] = commit_us // 1000
+            at = (key, last[0][1] + 1 if last is not None and last[0][0] == key else 1)
+            versions[at] = {**row, number: at[1], start: commit_us // 1000, end: None, deleted: op == "d"}
+            last = (at, signature)
+        return versions
+
     def changes(self) -> list[TruthChange]:
         """Every change, in commit order (for verification of small runs)."""
         rows = self._db.execute("SELECT table_name, row_key, op, row_image, commit_us, tx_id, tx_position, lsn "

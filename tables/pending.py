@@ -19,12 +19,14 @@ import structlog
 
 from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
+from tables.history import append_versions, history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
 from tables.names import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField
 
 log = structlog.get_logger(__name__)
 
@@ -77,21 +79,23 @@ def with_unchanged(changes: DataFrame) -> DataFrame:
 
 
 def append_pending(pending: IcebergLakeTable, changes: DataFrame, metadata: dict[str, str]) -> None:
-    """Append changes to a pending table, with `metadata` in the same commit. A column the changes lack (one
-    the source no longer sends) is listed in `_unchanged`: the row keeps its last value, as in a MERGE."""
+    """Append changes to a pending table (`aligned` to its columns), with `metadata` in the same commit."""
+    with session_conf(pending.spark, snapshot_properties(metadata)):
+        aligned(changes, pending.fields()).writeTo(pending.ref).append()
+
+
+def aligned(changes: DataFrame, fields: list[StructField]) -> DataFrame:
+    """`changes` with exactly the columns `fields` name: one they lack (the source no longer sends it) is null
+    and listed in `_unchanged`, so the row keeps its last value."""
     from pyspark.sql import functions as F
 
     changes = with_unchanged(changes)
-    fields = pending.fields()
     missing = [f.name for f in fields if f.name not in changes.columns]
     if missing:
         known = F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>"))
         changes = changes.withColumn(UNCHANGED, F.array_union(known, F.array(*[F.lit(name) for name in missing])))
-    aligned = changes.select(*[F.col(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
-                               for f in fields])
-    with session_conf(pending.spark, snapshot_properties(metadata)):
-        aligned.writeTo(pending.ref).append()
-
+    return changes.select(*[F.col(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
+                            for f in fields])
 
 
 def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> dict[str, str]:
@@ -100,9 +104,12 @@ def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> dict[
 
 
 def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFrame:
-    """The current state of mirror `name`, soft-deleted rows included, whatever its layout."""
+    """The current state of mirror `name`, soft-deleted rows included, whatever its layout; of an SCD2 mirror,
+    every version (`tables/history.py`)."""
     base = lake_table(cfg, spark, cfg.mirror.namespace, name)
     pending = pending_table(cfg, spark, name)
+    if cfg.mirror.scd_type_of(name) == 2:  # every version of every key
+        return history_state(cfg, spark, base, pending.ref if pending is not None else None)
     if pending is None:
         return base.read()
     body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
@@ -126,6 +133,8 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
     if not pending.has_commit_by(moment):  # the mirror took this layout later: its base alone was the state
         return base.read(moment).drop(UNCHANGED)
     refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}
+    if cfg.mirror.scd_type_of(name) == 2:
+        return overlaid_history(cfg, spark, base, refs)
     body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
     return spark.sql(body.format(**refs))
 
@@ -134,6 +143,8 @@ def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, change
                metadata: dict[str, str]) -> None:
     """The first build of a mirror in this layout: `changes` resolved as a fold resolves them (against the
     empty base) and appended to the base, with `metadata` in the same commit. Nothing goes through pending."""
+    if cfg.mirror.scd_type_of(base.name) == 2:
+        return append_versions(cfg, spark, base, with_unchanged(changes), metadata)
     view = f"building_{base.name}"
     with_unchanged(changes).createOrReplaceTempView(view)
     keys, columns = overlay_keys(cfg, base.name), state_columns(base)
@@ -158,6 +169,11 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
         return 0
     keys, columns = overlay_keys(cfg, name), state_columns(base)
     pinned = overlay_refs(base, pending, f"VERSION AS OF {through}")
+    if cfg.mirror.scd_type_of(name) == 2:
+        count = write_versions(cfg, spark, base, pinned["pending"], {WATERMARK: merged[1]} if merged else {})
+        pending.remove_files_of(through)
+        log.info("mirror.folded", table=base.ref, versions=count, pending_commit=through)
+        return count
     resolved = spark.sql(resolved_sql(columns, keys).format(**pinned)).localCheckpoint()
     count = resolved.count()
     if count:

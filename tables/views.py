@@ -2,6 +2,7 @@
 
 - `mirror.<t>_current`: the mirror without soft-deleted rows, the source's current state.
 - `mirror.<t>_deleted`: the soft-deleted rows with `_deleted_at`, what the source deleted and when.
+- `mirror.<t>_history` (SCD2 mirrors): every version of every key; the other two show the current versions.
 - `changelog.<t>_latest`: the newest change per key (by `_seq`), deletes included; a truncate deletes the keys
   it follows, as in the mirror.
 
@@ -20,9 +21,11 @@ from typing import TYPE_CHECKING
 import structlog
 
 from cdc.merge import TRUNCATE, overlay_sql
+from cdc.scd2 import VERSION_COLUMNS, history_sql, tracked
 from pipeline.config.settings import PipelineConfig
 from tables.lake import lake_table, table_names
 from tables.names import quote
+from tables.history import mirror_history_columns
 from tables.pending import pending_columns
 
 if TYPE_CHECKING:
@@ -66,9 +69,13 @@ def athena_type(kind: DataType) -> str:
     return re.sub(r"\btimestamp_ntz\b", "timestamp", kind.simpleString())
 
 
-def mirror_views(cfg: PipelineConfig, table: str, overlay_columns: list[str] | None = None) -> list[ViewSpec]:
+def mirror_views(cfg: PipelineConfig, table: str, overlay_columns: list[str] | None = None,
+                 history_columns: list[str] | None = None) -> list[ViewSpec]:
     """The two views of a mirror; with `overlay_columns` (the mirror's columns, when it is in the pending
-    layout) they read the overlay of its base and pending tables, the current state."""
+    layout) they read the overlay of its base and pending tables, the current state. An SCD2 mirror (its change
+    columns in `history_columns`) has three (`history_views`)."""
+    if history_columns is not None:
+        return history_views(cfg, table, history_columns, overlay_columns is not None)
     namespace, current, deleted = cfg.mirror.namespace, cfg.mirror.view_suffix, cfg.mirror.deleted_view_suffix
     state, pending = "{table}", None
     if overlay_columns is not None:
@@ -77,6 +84,27 @@ def mirror_views(cfg: PipelineConfig, table: str, overlay_columns: list[str] | N
     return [
         ViewSpec(namespace, f"{table}{current}", table, f"SELECT * FROM {state} WHERE NOT _is_deleted", pending),
         ViewSpec(namespace, f"{table}{deleted}", table, f"SELECT * FROM {state} WHERE _is_deleted", pending),
+    ]
+
+
+def history_views(cfg: PipelineConfig, table: str, columns: list[str], pending: bool) -> list[ViewSpec]:
+    """The views of an SCD2 mirror (`tables/history.py`): `<t>_current` and `<t>_deleted` over its current
+    versions, and `<t>_history`, every version; in the pending layout over the overlay of its base and pending
+    changes (`cdc.scd2.history_sql`)."""
+    settings = cfg.mirror
+    listed = ", ".join(quote(c) for c in (*columns, *VERSION_COLUMNS))
+    state, pending_namespace = "{table}", None
+    if pending:
+        keys = settings.key_columns(table)
+        body = history_sql(columns, keys, tracked(columns, keys, *settings.history_columns(table)))
+        state, pending_namespace = f"({body}) m", settings.pending_namespace
+    return [
+        ViewSpec(settings.namespace, f"{table}{settings.view_suffix}", table,
+                 f"SELECT {listed} FROM {state} WHERE _is_current AND NOT _is_deleted", pending_namespace),
+        ViewSpec(settings.namespace, f"{table}{settings.deleted_view_suffix}", table,
+                 f"SELECT {listed} FROM {state} WHERE _is_current AND _is_deleted", pending_namespace),
+        ViewSpec(settings.namespace, f"{table}{settings.history_view_suffix}", table, f"SELECT {listed} FROM {state}",
+                 pending_namespace),
     ]
 
 
@@ -100,9 +128,10 @@ def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns
 
 
 def table_views(cfg: PipelineConfig, table: str, keys: list[str], changelog_columns: list[str],
-                overlay_columns: list[str] | None = None) -> list[ViewSpec]:
-    """Every view of one source table: its mirror's two (see `mirror_views`) and its changelog's one."""
-    return [*mirror_views(cfg, table, overlay_columns), latest_change_view(cfg, table, keys, changelog_columns)]
+                overlay_columns: list[str] | None = None, history_columns: list[str] | None = None) -> list[ViewSpec]:
+    """Every view of one source table: its mirror's (see `mirror_views`) and its changelog's one."""
+    return [*mirror_views(cfg, table, overlay_columns, history_columns),
+            latest_change_view(cfg, table, keys, changelog_columns)]
 
 
 def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec]) -> None:
@@ -123,7 +152,7 @@ def lake_views(cfg: PipelineConfig, spark: SparkSession) -> list[ViewSpec]:
         if overlay is not None and not cfg.mirror.key_columns(name):  # the overlay matches rows by key
             _no_key(name, f"{name}{cfg.mirror.view_suffix}")
             continue
-        views += mirror_views(cfg, name, overlay)
+        views += mirror_views(cfg, name, overlay, mirror_history_columns(cfg, spark, name))
     for name in table_names(cfg, spark, cfg.changelog.namespace):
         if name == cfg.changelog.dead_letter_table:
             continue

@@ -347,10 +347,18 @@ class MirrorSettings(_Section):
         "follows the changes); merge = MERGE into the table each run (cost follows the table). Delta: merge")
     pending_namespace: str = Field("mirror_pending", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                    description="namespace of the pending tables of the pending layout")
+    scd_type: dict[str, int] = Field(default_factory=dict, description="table -> 1 (current state, the default) or "
+                                     "2 (one row per version, docs/mirror.md)")
+    track_history_columns: dict[str, str] = Field(default_factory=dict, description="SCD2 table -> the columns whose "
+                                                  "change opens a new version, comma-separated; default all")
+    track_history_except_columns: dict[str, str] = Field(default_factory=dict, description="SCD2 table -> columns "
+                                                         "whose change updates the version in place")
     consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
     deleted_view_suffix: str = Field("_deleted", pattern=r"^[A-Za-z0-9_]+$", description="mirror view of soft deletes")
+    history_view_suffix: str = Field("_history", pattern=r"^[A-Za-z0-9_]+$",
+                                     description="SCD2 mirror view of every version")
     latest_view_suffix: str = Field("_latest", pattern=r"^[A-Za-z0-9_]+$",
                                     description="changelog view of the newest change per key")
 
@@ -374,6 +382,32 @@ class MirrorSettings(_Section):
 
     def partition_fields(self, table: str) -> list[PartitionField]:
         return parse_partition_fields(self.partition_by.get(table, ""))
+
+    def scd_type_of(self, table: str) -> int:
+        return self.scd_type.get(table, 1)
+
+    def history_columns(self, table: str) -> tuple[list[str] | None, list[str] | None]:
+        """An SCD2 table's (tracked, untracked) column lists, each None when unset."""
+        def listed(setting: dict[str, str]) -> list[str] | None:
+            return [c.strip() for c in setting[table].split(",") if c.strip()] if table in setting else None
+        return listed(self.track_history_columns), listed(self.track_history_except_columns)
+
+    @model_validator(mode="after")
+    def _history_settings(self) -> MirrorSettings:
+        for table, kind in self.scd_type.items():
+            if kind not in (1, 2):
+                raise ValueError(f"mirror.scd_type.{table} must be 1 (current state) or 2 (history), not {kind}")
+        if self.delete_mode == "hard" and 2 in self.scd_type.values():
+            raise ValueError("mirror.delete_mode = 'hard' cannot go with mirror.scd_type = 2: an SCD2 table keeps a "
+                             "delete as a version (its readers filter `NOT _is_deleted`); use delete_mode = 'soft'")
+        for table in {*self.track_history_columns, *self.track_history_except_columns}:
+            if self.scd_type_of(table) != 2:
+                raise ValueError(f"mirror.track_history_columns / track_history_except_columns name {table}, which is "
+                                 f"not an SCD2 table: set mirror.scd_type.{table} = 2")
+            if table in self.track_history_columns and table in self.track_history_except_columns:
+                raise ValueError(f"set mirror.track_history_columns.{table} or mirror.track_history_except_columns."
+                                 f"{table}, not both")
+        return self
 
     @model_validator(mode="after")
     def _pending_apart(self) -> MirrorSettings:

@@ -1,6 +1,6 @@
 """`pipeline verify`: a mirror (now) or a rebuilt state (as of a source time) against the simulator's truth.
 
-The comparison runs in Spark: the truth's rows become a DataFrame with the table's own types, and a full outer
+An SCD2 mirror is compared version by version (`verify_history`, the truth's `versions`). The comparison runs in Spark: the truth's rows become a DataFrame with the table's own types, and a full outer
 join on the key finds rows missing from the lake, rows the source does not have, and rows whose values differ.
 Columns the truth row does not carry (written before a column existed) must be null in the lake. A truth
 value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake type it lands as
@@ -19,6 +19,7 @@ from pipeline.stages.mirror import MirrorError, table_keys
 from simulators.semantic import lake_value
 from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
+from tables.history import tracked_columns
 from tables.lake import lake_table, table_names
 from tables.pending import mirror_state
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 MAX_REPORTED = 50  # mismatches listed per table; all are counted
+# An SCD2 version's number (per key, from 1), boundaries (ms) and deletion, as compared with the truth's.
+HISTORY_COLUMNS = ("scd2_version", "scd2_valid_from_ms", "scd2_valid_to_ms", "scd2_deleted")
 
 
 @dataclass(frozen=True)
@@ -146,8 +149,30 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
             mirror = lake_table(cfg, spark, cfg.mirror.namespace, name)
             if not mirror.exists():
                 raise MirrorError(f"no mirror {mirror.ref}: run `pipeline mirror` first")
+            keys = table_keys(cfg, name, mirror)
+            if cfg.mirror.scd_type_of(name) == 2:
+                verdicts.append(verify_history(cfg, spark, truth, name, truth_table, keys))
+                continue
             lake = mirror_state(cfg, spark, name).where("NOT _is_deleted")  # with its pending changes
             expected = truth.state_at(truth_table)
-            keys = table_keys(cfg, name, mirror)
         verdicts.append(compare(spark, lake, expected, keys, name, truth_table))
     return verdicts
+
+
+def verify_history(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, name: str, truth_table: str,
+                   keys: list[str]) -> TableVerdict:
+    """An SCD2 mirror against the versions the truth's changes make under the same rules: every version of
+    every key, its values, whether it is a deletion, and its boundaries (`_valid_from`, `_valid_to`, to the
+    millisecond, the precision of Debezium's source times), matched by key and the version's number."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    versions = mirror_state(cfg, spark, name)
+    columns = [c for c in versions.columns if not c.startswith("_")]
+    numbered = Window.partitionBy(*keys).orderBy("_seq_from")
+    lake = versions.select(*columns, F.row_number().over(numbered).alias(HISTORY_COLUMNS[0]),
+                           F.unix_millis("_valid_from").alias(HISTORY_COLUMNS[1]),
+                           F.unix_millis("_valid_to").alias(HISTORY_COLUMNS[2]),
+                           F.col("_is_deleted").alias(HISTORY_COLUMNS[3]))
+    expected = truth.versions(truth_table, tracked_columns(cfg, name, versions.columns), HISTORY_COLUMNS)
+    return compare(spark, lake, expected, [*keys, HISTORY_COLUMNS[0]], name, truth_table)

@@ -9,7 +9,8 @@ Athena reads tables through the Glue Data Catalog, one Glue database per namespa
   stages have registered them already (`tables/glue_delta.py`).
 - The views of `tables/views.py`, transpiled into Athena's dialect. A mirror in the pending layout is two Iceberg
   tables (format version 2, which Athena reads), its base and its pending changes, and its views are the overlay
-  of the two (`max_by` over a row, as Trino spells it): Athena reads the current state from the views.
+  of the two (`max_by` over a row, as Trino spells it): Athena reads the current state from the views. An SCD2
+  mirror's views (`<t>_current`, `<t>_deleted`, `<t>_history`) rebuild its pending keys' versions the same way.
 - Time travel examples on Iceberg tables, pinned to the current snapshot (Athena has no Delta time travel).
 """
 
@@ -84,11 +85,13 @@ def _time_travel_examples(cfg: PipelineConfig, spark: SparkSession, name: str) -
     # In the pending layout the table is the base: a past commit of it is the state as of a fold.
     base = ", the state its last fold wrote" if pending_table(cfg, spark, name) is not None else ""
     at = current["committed_at"].strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    # An SCD2 mirror holds every version: its state then is its current versions then.
+    live = '"_is_current" AND NOT "_is_deleted"' if cfg.mirror.scd_type_of(name) == 2 else 'NOT "_is_deleted"'
     return [
         Statement(f"{cfg.mirror.namespace}.{name} as of a time (its latest commit{base})",
-                  f"SELECT * FROM {table} FOR TIMESTAMP AS OF TIMESTAMP '{at} UTC' WHERE NOT \"_is_deleted\""),
+                  f"SELECT * FROM {table} FOR TIMESTAMP AS OF TIMESTAMP '{at} UTC' WHERE {live}"),
         Statement(f"{cfg.mirror.namespace}.{name} as of a snapshot id (its latest commit{base})",
-                  f"SELECT * FROM {table} FOR VERSION AS OF {current['snapshot_id']} WHERE NOT \"_is_deleted\""),
+                  f"SELECT * FROM {table} FOR VERSION AS OF {current['snapshot_id']} WHERE {live}"),
     ]
 
 

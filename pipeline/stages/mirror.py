@@ -1,9 +1,10 @@
 """`pipeline mirror`: changelog tables -> current-state `mirror.<db>_<table>` tables, incrementally.
 
-Each run reads, per table, only the changelog commits after the mirror's watermark, reduces them to the newest
-change per key (`cdc/merge.py`) and applies them: in the pending layout (Iceberg's default) it appends them to
-the mirror's pending table (`tables/pending.py`), reading nothing of the mirror; in the merge layout (and the
-first build, and Delta) it MERGEs them into the table. The watermark (the last changelog commit merged) is
+Each run reads, per table, only the changelog commits after the mirror's watermark and applies them with
+`apply_changes` (`pipeline/api/apply.py`, the public API's one code path): in the pending layout (Iceberg's
+default) it appends them to the mirror's pending table (`tables/pending.py`), reading nothing of the mirror; in
+the merge layout (and the first build, and Delta) it MERGEs the newest change per key (`cdc/merge.py`), or for
+an SCD2 mirror the rebuilt versions of the keys changed (`tables/history.py`). The watermark (the last changelog commit merged) is
 written in the same commit, so a crash before the commit leaves the mirror and its watermark as they were, and
 the re-run applies the same changes. Because a change only replaces an older row, applying a change twice
 changes nothing either: re-runs, replays after a lost watermark, and concurrent runs are all harmless.
@@ -18,19 +19,19 @@ from typing import TYPE_CHECKING, Iterable
 
 import structlog
 
-from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, prepared, truncated
-from cdc.validate import ChangeError, check_changes, check_key_types
+from cdc.validate import ChangeError
+from pipeline.api.apply import apply_changes
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
-from tables.lake import LakeTable, lake_table, merge_join_conf, session_conf, table_names
+from tables.history import mirror_history_columns
+from tables.lake import LakeTable, lake_table, table_names
 from tables.names import quote
-from tables.pending import (WATERMARK, append_pending, build_base, create_pending, fold, mirror_state, pending_columns,
-                            pending_table, with_unchanged)
+from tables.pending import WATERMARK, pending_columns, pending_table
 from tables.views import replace_views, table_views
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = structlog.get_logger(__name__)
 
@@ -138,86 +139,41 @@ class MirrorStage:
         started = time.perf_counter()
         source, target = self._changelog(name), lake_table(self.cfg, self.spark, self.settings.namespace, name)
         keys = table_keys(self.cfg, name, source)
-        pending, appends, building = pending_table(self.cfg, self.spark, name), self._appends(), not target.exists()
-        if pending is not None and not appends:
-            fold(self.cfg, self.spark, name)  # back to the merge layout: the pending changes go in first
-            self.spark.sql(f"DROP TABLE {pending.ref}")
-            pending = None
         through = source.commit_id()
-        after = watermark(target, pending)
+        after = watermark(target, pending_table(self.cfg, self.spark, name))
         if through is None or after == through:
             return TableReport(name, 0, 0, 0, after, time.perf_counter() - started)
         landed = source.read_appended(after, through)
         held_back = landed.where(f"{POSITION} > {limit}").count() if limit is not None else 0
         changes = landed.where(f"{POSITION} <= {limit}") if limit is not None else landed
-        # One pass over the new rows, materialised once for the checks, the count and the write (a lost executor
-        # fails the run, and a re-run is safe).
-        rows = prepared(changes).localCheckpoint()
-        try:
-            totals = check_changes(name, rows, keys)
-            widen = check_key_types(name, self._key_types(target, keys), {k: t for k, t in rows.dtypes if k in keys})
-        except ChangeError as exc:
-            raise MirrorError(str(exc)) from None
-        if totals.truncates:  # a truncate reads the mirror's live rows: it deletes those older than it
-            mirror = mirror_state(self.cfg, self.spark, name) if target.exists() else None
-            rows = truncated(latest_per_key(rows, keys), keys, mirror).localCheckpoint()
         # Held-back rows must be read again: the watermark only moves past commits merged in full.
         merged_through = after if held_back else through
-        if totals.changes:
-            for table in (target, pending) if pending is not None else (target,):
-                table.widen_columns(widen)
-            reshaped = self._prepare(target, pending, rows, name)
-            if pending is None and appends:
-                pending, reshaped = create_pending(self.cfg, self.spark, target, rows), True
-            if reshaped:
-                self._replace_views(name, keys, source)
-            metadata = {WATERMARK: str(merged_through)} if merged_through is not None else {}
-            if pending is not None and building:
-                build_base(self.cfg, self.spark, target, rows, metadata)
-            elif pending is not None:  # every change, not one per key: the overlay orders them as the source did
-                append_pending(pending, rows, metadata)
-            else:
-                reduced = rows if totals.truncates else latest_per_key(rows, keys).localCheckpoint()
-                with session_conf(self.spark, merge_join_conf(self.cfg, name, keys)):
-                    target.merge(reduced, merge_clauses(reduced.columns, keys, self.settings.delete_mode), metadata)
-        return TableReport(name, totals.changes, totals.keys, held_back, merged_through, time.perf_counter() - started)
-
-    def _appends(self) -> bool:
-        """Whether this run appends to the pending table: the pending layout on Iceberg (the first run creates
-        the base, appends its changes and folds them at once)."""
-        return self.settings.layout == "pending" and self.cfg.lake.format == "iceberg"
-
-    def _key_types(self, target: LakeTable, keys: list[str]) -> dict[str, str]:
-        """The mirror's key column types, to catch a key whose type changed at the source; none before the mirror."""
-        if not target.exists():
-            return {}
-        return {f.name: f.dataType.simpleString() for f in target.fields() if f.name in keys}
+        tracked, untracked = self.settings.history_columns(name)
+        iceberg = self.cfg.lake.format == "iceberg"
+        try:
+            applied = apply_changes(
+                self.spark, f"{self.cfg.catalog.name}.{self.settings.namespace}.{name}" if iceberg else target.ref,
+                changes, keys, "_seq", apply_as_deletes="_is_deleted", stored_as_scd_type=self.settings.scd_type_of(name),
+                track_history_column_list=tracked, track_history_except_column_list=untracked,
+                delete_mode=self.settings.delete_mode, layout=self.settings.layout, config=self.cfg,
+                commit_metadata={WATERMARK: str(merged_through)} if merged_through is not None else {})
+        except ChangeError as exc:
+            raise MirrorError(str(exc)) from None
+        if applied.reshaped:
+            self._replace_views(name, keys, source)
+        return TableReport(name, applied.changes, applied.keys, held_back, merged_through,
+                           time.perf_counter() - started)
 
     def _changelog(self, name: str) -> LakeTable:
         return lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
-
-    def _prepare(self, target: LakeTable, pending: LakeTable | None, reduced: DataFrame, name: str) -> bool:
-        """Create the mirror on first sight, and add the columns the source gained since the last run (to the
-        pending table too); True when the table's shape changed (so its views must be replaced). A base of the
-        pending layout keeps `_unchanged` (`tables/pending.py`)."""
-        reduced = with_unchanged(reduced) if self._appends() else reduced.drop(UNCHANGED)
-        if not target.exists():
-            target.create(reduced, self.settings.partition_fields(name), self.settings.write_mode)
-            return True
-        present = {f.name for f in target.fields()}
-        new = [f for f in reduced.schema.fields if f.name not in present]
-        if new:
-            for table in (target, pending) if pending is not None else (target,):
-                table.add_columns(new)
-            log.info("mirror.columns_added", table=target.ref, columns=[f.name for f in new])
-        return bool(new)
 
     def _replace_views(self, name: str, keys: list[str], source: LakeTable) -> None:
         """The table's views, in catalogs that keep views (Delta path tables get theirs per query session)."""
         if self.cfg.lake.format != "iceberg" or not keeps_views(self.cfg.catalog):
             return
         columns = [f.name for f in source.fields()]
-        views = table_views(self.cfg, name, keys, columns, pending_columns(self.cfg, self.spark, name))
+        views = table_views(self.cfg, name, keys, columns, pending_columns(self.cfg, self.spark, name),
+                            mirror_history_columns(self.cfg, self.spark, name))
         replace_views(self.spark, self.cfg.catalog.name, views)
 
 

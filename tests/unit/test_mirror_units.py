@@ -100,6 +100,27 @@ def test_mirror_settings_take_per_table_maps() -> None:
     assert cfg.mirror.tables == ["moma_artists", "hr_employee"]
 
 
+def test_scd2_settings_are_checked_where_they_are_read() -> None:
+    from cdc.scd2 import tracked
+    from pipeline.config.settings import ConfigError
+
+    cfg = make_config("mirror.scd_type.shop_orders=2", "mirror.track_history_except_columns.shop_orders=note, ts")
+    assert (cfg.mirror.scd_type_of("shop_orders"), cfg.mirror.scd_type_of("moma_artists")) == (2, 1)
+    columns = ["order_id", "status", "note", "ts", "_op", "_seq"]
+    assert tracked(columns, ["order_id"], *cfg.mirror.history_columns("shop_orders")) == ["status"]
+    assert tracked(columns, ["order_id"], ["note"], None) == ["note"]
+    assert tracked(columns, ["order_id"], None, None) == ["status", "note", "ts"]
+    for settings, message in [
+        (["mirror.scd_type.t=3"], "mirror.scd_type.t must be 1"),
+        (["mirror.scd_type.t=2", "mirror.delete_mode=hard"], "cannot go with mirror.scd_type = 2"),
+        (["mirror.track_history_columns.t=a"], "not an SCD2 table: set mirror.scd_type.t = 2"),
+        (["mirror.scd_type.t=2", "mirror.track_history_columns.t=a", "mirror.track_history_except_columns.t=b"],
+         "not both"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            make_config(*settings)
+
+
 def test_airflow_dag_runs_the_cli() -> None:
     source = (REPO / "pipeline" / "ops" / "airflow_mirror.py").read_text()
     tree = ast.parse(source)

@@ -30,6 +30,28 @@ def test_each_table_has_three_views_in_spark_and_athena(tmp_path: Path) -> None:
     assert [c.alias_or_name for c in latest.expression.expressions] == ["artist_id", "name", "_is_deleted", "_seq"]
 
 
+def test_an_scd2_mirror_has_history_views_in_spark_and_athena(tmp_path: Path) -> None:
+    """In the pending layout they rebuild the pending keys' versions (window functions, `last_value … IGNORE
+    NULLS`, `max_by` over a row), which Athena's dialect must take too."""
+    cfg = _cfg(tmp_path, "mirror.keys.shop_orders=order_id", "mirror.scd_type.shop_orders=2",
+               "mirror.track_history_except_columns.shop_orders=note")
+    columns = ["order_id", "status", "note", "_op", "_is_deleted", "_source_ts", "_seq"]
+    for pending in (None, columns):
+        views = table_views(cfg, "shop_orders", ["order_id"], columns, pending, columns)
+        assert [v.name for v in views] == ["shop_orders_current", "shop_orders_deleted", "shop_orders_history",
+                                           "shop_orders_latest"]
+        assert views[0].body.endswith("WHERE _is_current AND NOT _is_deleted")
+        assert ("_pending" in views[2].spark_ddl("lake")) == (pending is not None)
+        for view in views:
+            athena = sqlglot.parse_one(view.athena_ddl(), read="athena")
+            assert athena.this.sql("athena") == f'"{view.namespace}"."{view.name}"'
+        selected = sqlglot.parse_one(views[2].athena_ddl(), read="athena").expression.expressions
+        assert [c.alias_or_name for c in selected] == [*columns, "_valid_from", "_valid_to", "_seq_from", "_seq_to",
+                                                       "_is_current"]
+    tracked = views[2].spark_ddl("lake")
+    assert "struct(_is_deleted, `status`)" in tracked and "last_value(" in tracked  # note is not tracked
+
+
 def test_views_quote_names_a_bare_identifier_cannot_take(tmp_path: Path) -> None:
     """A table starting with a digit, key and columns named by reserved words: quoted in Spark and in Athena."""
     columns = ["order", "select", "a`b", "_is_deleted", "_seq", "_op", "_source_ts"]

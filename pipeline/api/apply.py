@@ -1,0 +1,227 @@
+"""`apply_changes`: a DataFrame of changes applied to an Iceberg or Delta table, SCD type 1 or 2, in any Spark job.
+
+Its parameters are AUTO CDC's (`create_auto_cdc_flow`), and it is the mirror stage's own step:
+`python -m pipeline mirror` reads each changelog's new commits and calls it with the changelog's columns
+(`sequence_by="_seq"`, `apply_as_deletes="_is_deleted"`). The changes are first made canonical (`_seq`,
+`_is_deleted`, `_op`, `_source_ts`, `_unchanged`, as the changelog has them), checked (`cdc/validate.py`: nothing
+is written when a check fails), then applied as the table's layout and SCD type say: MERGEd (`cdc/merge.py`),
+appended to the pending table (`tables/pending.py`), or rebuilt into versions (`tables/history.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import structlog
+
+from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, prepared, truncated
+from cdc.scd2 import VERSION_COLUMNS, is_history, truncates_as_deletes
+from cdc.validate import ChangeError, check_changes, check_columns, check_key_types
+from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
+from tables.history import with_versions, write_versions
+from tables.lake import LakeTable, lake_table, merge_join_conf, session_conf
+from tables.pending import (aligned, append_pending, build_base, create_pending, fold, mirror_state, pending_table,
+                            with_unchanged)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = structlog.get_logger(__name__)
+
+CANONICAL_SEQUENCE = "_seq"  # the changelog's order: struct(source_major, source_minor, transport_partition, …)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one call applied: changes read, keys changed, and whether the table was created or gained columns
+    (its views then need replacing)."""
+
+    changes: int
+    keys: int
+    reshaped: bool
+
+
+def apply_changes(spark: SparkSession, target: str, source: DataFrame, keys: list[str], sequence_by: str, *,
+                  apply_as_deletes: str | None = None, source_time: str | None = None,
+                  column_list: list[str] | None = None, except_column_list: list[str] | None = None,
+                  stored_as_scd_type: int = 1, track_history_column_list: list[str] | None = None,
+                  track_history_except_column_list: list[str] | None = None, ignore_null_updates: bool = False,
+                  ignore_null_updates_column_list: list[str] | None = None,
+                  delete_mode: Literal["soft", "hard"] = "soft", layout: Literal["merge", "pending"] = "merge",
+                  config: PipelineConfig | None = None, commit_metadata: dict[str, str] | None = None) -> Applied:
+    """Apply `source` (one row per change) to `target` and return what was applied.
+
+    `target`: `catalog.namespace.table` (Iceberg) or the path of a Delta table; created on first use.
+    `keys`, `sequence_by` (a number, a timestamp, or the changelog's `_seq`), `apply_as_deletes` (a SQL
+    condition), `column_list` / `except_column_list`, `stored_as_scd_type`, `track_history_column_list` /
+    `track_history_except_column_list`, `ignore_null_updates` / `ignore_null_updates_column_list`: as in AUTO
+    CDC. `source_time`: the column with each change's source commit time (SCD2 dates versions by it; default
+    `_source_ts`, else `sequence_by` when it is a timestamp). `delete_mode`: `soft` keeps a deleted row
+    (`_is_deleted`), `hard` removes it (SCD1 only). `layout`: `pending` (Iceberg) appends the changes for
+    the mirror's views to overlay (`tables/pending.py`). `config`: the pipeline's configuration (the CLI's);
+    `commit_metadata` lands in the same commit (the mirror's watermark).
+    """
+    table, lake = _target(target)
+    name = table.replace("/", ".").rsplit(".", 1)[-1]
+    check_columns(name, source.columns, keys, sequence_by)
+    tracked, untracked = track_history_column_list, track_history_except_column_list
+    if sequence_by != CANONICAL_SEQUENCE and not tracked:  # it changes with every change: no reason for a version
+        untracked = [*(untracked or []), sequence_by]
+    cfg = _config(config, table, lake, keys, stored_as_scd_type, tracked, untracked, delete_mode, layout)
+    changes = _canonical(name, source, keys, sequence_by, apply_as_deletes, source_time, column_list,
+                         except_column_list, ignore_null_updates, ignore_null_updates_column_list)
+    return _apply(cfg, spark, name, changes, keys, sequence_by, commit_metadata or {})
+
+
+def _target(target: str) -> tuple[str, LakeSettings]:
+    """(catalog.namespace.table, or the Delta table's folder as `<root>/<namespace>/<table>`) and its format."""
+    if target.startswith("delta.`") and target.endswith("`"):
+        target = target[len("delta.`"):-1]
+    if "/" in target:
+        root, namespace, name = target.rstrip("/").rsplit("/", 2)
+        return f"{namespace}/{name}", LakeSettings(format="delta", delta_root=root)
+    parts = [p.strip("`") for p in target.split(".")]
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"target {target!r}: name an Iceberg table as catalog.namespace.table, or a Delta table by "
+                         "its path (/data/lake/mirror/orders, s3://bucket/lake/mirror/orders)")
+    return ".".join(parts), LakeSettings(format="iceberg")
+
+
+def _config(config: PipelineConfig | None, table: str, lake: LakeSettings, keys: list[str], scd_type: int,
+            tracked: list[str] | None, untracked: list[str] | None, delete_mode: str, layout: str) -> PipelineConfig:
+    """The configuration the stage's code reads, for one table: `config`'s (the CLI's), else the defaults,
+    with the target's catalog, namespace and format and the call's CDC rules, validated as settings are."""
+    cfg = config or PipelineConfig()
+    separator = "." if lake.format == "iceberg" else "/"
+    *where, name = table.split(separator)
+    namespace = where[-1]
+    mirror = cfg.mirror.model_dump()
+    if namespace != cfg.mirror.namespace:
+        mirror.update(namespace=namespace, pending_namespace=f"{namespace}_pending")
+    listed = {"track_history_columns": tracked, "track_history_except_columns": untracked}
+    mirror.update(keys={**mirror["keys"], name: ",".join(keys)}, scd_type={**mirror["scd_type"], name: scd_type},
+                  delete_mode=delete_mode, layout=layout,
+                  **{setting: {**{t: v for t, v in mirror[setting].items() if t != name},
+                               **({name: ",".join(columns)} if columns else {})} for setting, columns in listed.items()})
+    lake_settings = cfg.lake.model_copy(update={"format": lake.format})
+    if lake.format == "delta":
+        lake_settings = lake_settings.model_copy(update={"delta_root": lake.delta_root})
+    catalog = cfg.catalog.model_copy(update={"name": where[0]}) if lake.format == "iceberg" else cfg.catalog
+    return cfg.model_copy(update={"mirror": MirrorSettings.model_validate(mirror), "lake": lake_settings,
+                                  "catalog": catalog})
+
+
+def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, apply_as_deletes: str | None,
+               source_time: str | None, column_list: list[str] | None, except_column_list: list[str] | None,
+               ignore_null_updates: bool, ignore_columns: list[str] | None) -> DataFrame:
+    """The changes with the changelog's columns: `_seq` (from `sequence_by`), `_is_deleted`, `_op`,
+    `_source_ts` and `_unchanged` (a null in an ignore-null-updates column keeps the row's value)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DateType, NumericType, StructType, TimestampNTZType, TimestampType
+
+    kind = source.schema[sequence_by].dataType
+    times = (TimestampType, TimestampNTZType, DateType)
+    if isinstance(kind, StructType) and sequence_by == CANONICAL_SEQUENCE:
+        seq = F.col(sequence_by)
+    elif isinstance(kind, (NumericType, *times)):
+        major = F.unix_micros(F.col(sequence_by).cast("timestamp")) if isinstance(kind, times) else F.col(sequence_by)
+        seq = F.struct(major.cast("long").alias("source_major"), F.lit(0).cast("long").alias("source_minor"),
+                       F.lit(0).alias("transport_partition"), F.lit(0).cast("long").alias("transport_offset"))
+    else:
+        raise ChangeError(f"{name}: sequence_by column {sequence_by} is {kind.simpleString()}; use a number or a "
+                          "timestamp that orders each key's changes")
+    data = [c for c in source.columns if not c.startswith("_") and c not in keys and c != sequence_by]
+    kept = [c for c in data if (column_list is None or c in column_list) and c not in (except_column_list or [])]
+    deleted = (F.coalesce(F.expr(apply_as_deletes), F.lit(False)) if apply_as_deletes
+               else F.col("_is_deleted") if "_is_deleted" in source.columns else F.lit(False))
+    if source_time:
+        time = F.col(source_time).cast("timestamp")
+    elif "_source_ts" in source.columns:
+        time = F.col("_source_ts")
+    else:
+        time = F.col(sequence_by).cast("timestamp") if isinstance(kind, times) else F.lit(None).cast("timestamp")
+    ignored = kept if ignore_null_updates else [c for c in kept if c in (ignore_columns or [])]
+    unchanged = F.col(UNCHANGED) if UNCHANGED in source.columns else F.array().cast("array<string>")
+    if ignored:
+        nulls = F.array_compact(F.array(*[F.when(F.col(c).isNull(), F.lit(c)) for c in ignored]))
+        unchanged = F.when(deleted, unchanged).otherwise(F.array_union(F.coalesce(unchanged, F.array().cast(
+            "array<string>")), nulls))
+    canonical = {"_op": F.col("_op") if "_op" in source.columns else F.when(deleted, "d").otherwise("u"),
+                 "_is_deleted": deleted, "_source_ts": time, "_seq": seq, UNCHANGED: unchanged}
+    wanted = {*keys, *kept, sequence_by} - {CANONICAL_SEQUENCE}
+    # The source's column order, the canonical columns where the source has them, else at the end.
+    own = [canonical[c].alias(c) if c in canonical else F.col(c) for c in source.columns
+           if c in wanted or c.startswith("_")]
+    return source.select(*own, *[canonical[c].alias(c) for c in canonical if c not in source.columns])
+
+def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFrame, keys: list[str],
+           sequence_by: str, metadata: dict[str, str]) -> Applied:
+    """Check canonical `changes` and write them to mirror `name` of `cfg` as its layout and SCD type say."""
+    settings, history = cfg.mirror, cfg.mirror.scd_type_of(name) == 2
+    target, pending = lake_table(cfg, spark, settings.namespace, name), pending_table(cfg, spark, name)
+    appends = settings.layout == "pending" and cfg.lake.format == "iceberg"
+    building = not target.exists()
+    if not building and is_history(f.name for f in target.fields()) != history:
+        raise ChangeError(f"{name}: {target.ref} is SCD type {1 if history else 2}, mirror.scd_type.{name} says "
+                          f"{2 if history else 1}: drop it (and its pending table) and run again to rebuild it")
+    if pending is not None and not appends:
+        fold(cfg, spark, name)  # back to the merge layout: the pending changes go in first
+        spark.sql(f"DROP TABLE {pending.ref}")
+        pending = None
+    # One pass over the new rows, materialised once for the checks, the count and the write (a lost executor
+    # fails the run, and a re-run is safe).
+    rows = prepared(changes).localCheckpoint()
+    totals = check_changes(name, rows, keys, sequence_by, history)
+    widen = check_key_types(name, _key_types(target, keys), {k: t for k, t in rows.dtypes if k in keys})
+    if totals.truncates and history:  # a truncate deletes each key live before it, one delete per key
+        rows = truncates_as_deletes(rows, keys, None if building else mirror_state(cfg, spark, name)).localCheckpoint()
+    elif totals.truncates:  # a truncate reads the mirror's live rows: it deletes those older than it
+        mirror = mirror_state(cfg, spark, name) if not building else None
+        rows = truncated(latest_per_key(rows, keys), keys, mirror).localCheckpoint()
+    reshaped = False
+    if totals.changes:
+        for table in (target, pending) if pending is not None else (target,):
+            table.widen_columns(widen)
+        reshaped = _shape(cfg, target, pending, rows, name, appends or history)
+        if pending is None and appends:
+            pending, reshaped = create_pending(cfg, spark, target, rows), True
+        if pending is not None and building:
+            build_base(cfg, spark, target, rows, metadata)
+        elif pending is not None:  # every change, not one per key: the overlay orders them as the source did
+            append_pending(pending, rows, metadata)
+        elif history:
+            fields = [f for f in target.fields() if f.name not in VERSION_COLUMNS]
+            write_versions(cfg, spark, target, aligned(rows, fields).localCheckpoint(), metadata)
+        else:
+            reduced = rows if totals.truncates else latest_per_key(rows, keys).localCheckpoint()
+            with session_conf(spark, merge_join_conf(cfg, name, keys)):
+                target.merge(reduced, merge_clauses(reduced.columns, keys, settings.delete_mode), metadata)
+    return Applied(totals.changes, totals.keys, reshaped)
+
+
+def _key_types(target: LakeTable, keys: list[str]) -> dict[str, str]:
+    """The mirror's key column types, to catch a key whose type changed at the source; none before the mirror."""
+    if not target.exists():
+        return {}
+    return {f.name: f.dataType.simpleString() for f in target.fields() if f.name in keys}
+
+
+def _shape(cfg: PipelineConfig, target: LakeTable, pending: LakeTable | None, changes: DataFrame, name: str,
+           unchanged: bool) -> bool:
+    """Create the mirror on first sight, and add the columns the source gained since the last run (to the
+    pending table too); True when the table's shape changed (so its views must be replaced). A base of the
+    pending layout, and an SCD2 table, keep `_unchanged`; an SCD2 table has its version columns."""
+    changes = with_unchanged(changes) if unchanged else changes.drop(UNCHANGED)
+    if not target.exists():
+        like = with_versions(changes) if cfg.mirror.scd_type_of(name) == 2 else changes
+        target.create(like, cfg.mirror.partition_fields(name), cfg.mirror.write_mode)
+        return True
+    present = {f.name for f in target.fields()}
+    new = [f for f in changes.schema.fields if f.name not in present]
+    if new:
+        for table in (target, pending) if pending is not None else (target,):
+            table.add_columns(new)
+        log.info("mirror.columns_added", table=target.ref, columns=[f.name for f in new])
+    return bool(new)
+
