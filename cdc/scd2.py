@@ -25,7 +25,7 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Iterable
 
-from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses
+from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses, data_columns
 from tables.names import quote, sql_string
 
 if TYPE_CHECKING:
@@ -40,11 +40,6 @@ DROP = "_drop"  # in a version merge: a stored version the rebuild no longer has
 def is_history(columns: Iterable[str]) -> bool:
     """Whether a table with these columns is an SCD2 table."""
     return "_valid_from" in set(columns)
-
-
-def data_columns(columns: list[str], keys: list[str]) -> list[str]:
-    """The source's own columns, keys excepted: what a change carries values of."""
-    return [c for c in columns if not c.startswith("_") and c not in keys]
 
 
 def tracked(columns: list[str], keys: list[str], track: list[str] | None, track_except: list[str] | None) -> list[str]:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.merge import FROM_BASE, TOMBSTONE, UNCHANGED, data_columns
+from cdc.scd2 import is_history
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -30,7 +31,8 @@ def read_current_state(catalog: Catalog, table: str, keys: Sequence[str], *, pen
     """The current state of mirror `table` (`"<namespace>.<name>"`) with its `keys` (`mirror.keys.<name>`), as
     the mirror's views show it, soft-deleted rows included: e.g.
     `read_current_state(load_catalog("lake"), "mirror.orders", ["order_id"])`. A mirror without a pending table
-    (the merge layout, or one not yet created) is its table as it is."""
+    (the merge layout, or one not yet created) is its table as it is. An SCD type 2 mirror with pending changes is
+    refused with the way to read it."""
     from pyiceberg.exceptions import NoSuchTableError
 
     base = catalog.load_table(table).scan().to_arrow()
@@ -51,6 +53,10 @@ def current_state(base: pa.Table, changes: pa.Table, keys: Sequence[str],
     columns = [c for c in base.column_names if c != UNCHANGED]
     if changes.num_rows == 0:
         return base.select(columns)
+    if is_history(base.column_names):
+        raise ValueError("the mirror is SCD type 2: its pending changes re-version whole keys, which only Spark "
+                         "resolves. Read its `<table>_history` view through Spark, HiveServer2 or Athena, or read "
+                         "the table itself after `python -m pipeline maintain` has folded them")
     changes = changes.select(base.column_names).cast(base.schema)
     untouched = _matching(base, changes, keys, "left anti")
     resolved = _resolved(_matching(base, changes, keys, "left semi"), changes, keys, columns)

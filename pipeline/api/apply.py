@@ -155,6 +155,7 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
            if c in wanted or c.startswith("_")]
     return source.select(*own, *[canonical[c].alias(c) for c in canonical if c not in source.columns])
 
+
 def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFrame, keys: list[str],
            sequence_by: str, metadata: dict[str, str]) -> Applied:
     """Check canonical `changes` and write them to mirror `name` of `cfg` as its layout and SCD type say."""

@@ -68,3 +68,9 @@ def test_a_null_field_of_seq_orders_first_as_spark_orders_a_struct() -> None:
     changes = changes.set_column(5, "_seq", pa.array([{"source_major": 5, "source_minor": 0},
                                                       {"source_major": 5, "source_minor": None}], SEQ))
     assert _by_key(current_state(BASE, changes, ["id"]))[1][0] == "minor-0"
+
+
+def test_an_scd2_mirror_is_refused_with_the_way_to_read_it() -> None:
+    versions = BASE.append_column("_valid_from", pa.array([None] * BASE.num_rows, pa.timestamp("us")))
+    with pytest.raises(ValueError, match="SCD type 2.*_history.*pipeline maintain"):
+        current_state(versions, versions, ["id"])
