@@ -6,7 +6,9 @@
   CDC record is (each has required fields: the key, Debezium's `op`, DMS's `data` and `metadata`).
 - DMS JSON (no registry, no schema): parsed into a variant; `data` is read as the batch's merged row type
   (`schema_of_variant_agg`), the hyphenated metadata keys into the DMS Avro form's names, so
-  `cdc/normalize.py` reads both.
+  `cdc/normalize.py` reads both. The variant is parsed once a batch, into the `PARSED` column of the cached
+  rows (`parsed_json`), which planning and decoding read: parsing the text again cost about a second per 200k
+  records each time, and Spark's optimiser copied the parse into every filter and field that used it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 VALID = "_valid"
+PARSED = "_json"  # a value parsed into a variant (`parsed_json`), kept beside the raw bytes
 DMS_METADATA = {"timestamp": "string", "record_type": "string", "operation": "string",
                 "partition_key_type": "string", "schema_name": "string", "table_name": "string",
                 "transaction_id": "bigint", "transaction_record_id": "bigint"}
@@ -49,20 +52,25 @@ def avro(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: str
     return decoded.withColumn(VALID, F.col("v").isNotNull() & ~all_null)
 
 
-def dms_json_row_type(values: Column) -> Column:
-    """An aggregate: the merged type of the `data` objects of the DMS JSON `values` that carry an operation
-    (fields sorted by name; a field that is null in every row has type VOID)."""
-    parsed = _parsed(values)
+def parsed_json(values: Column) -> Column:
+    """The values as variants, null where a value is not JSON."""
+    return F.try_parse_json(values.cast("string"))
+
+
+def dms_json_row_type(parsed: Column) -> Column:
+    """An aggregate: the merged type of the `data` objects of the DMS JSON values (`parsed_json`) that carry an
+    operation (fields sorted by name; a field that is null in every row has type VOID)."""
     is_record = F.try_variant_get(parsed, "$.metadata.operation", "string").isNotNull()
     return F.schema_of_variant_agg(F.when(is_record, F.try_variant_get(parsed, "$.data", "variant")))
 
 
 def dms_json(rows: DataFrame, row_type: str | None) -> DataFrame:
     """`row_type` from `dms_json_row_type`. A field null in every row of the batch is left out: its type is
-    unknown, and it arrives with the first batch that has a value (the table takes new columns)."""
+    unknown, and it arrives with the first batch that has a value (the table takes new columns). The rows'
+    `PARSED` column is read when they have one, else `value` is parsed."""
     from pyspark.sql.types import NullType, StructType, _parse_datatype_string
 
-    parsed = _parsed(F.col("value"))
+    parsed = F.col(PARSED) if PARSED in rows.columns else parsed_json(F.col("value"))
     fields = _parse_datatype_string(row_type.replace("OBJECT<", "STRUCT<")) if row_type else None
     fields = fields if isinstance(fields, StructType) else StructType()  # VOID: no DMS record in the batch
     data = F.struct(*[F.try_variant_get(parsed, f"$.data['{f.name}']", f.dataType.simpleString()).alias(f.name)
@@ -76,6 +84,3 @@ def dms_json(rows: DataFrame, row_type: str | None) -> DataFrame:
              & F.try_to_timestamp(meta["timestamp"]).isNotNull() & meta["transaction_record_id"].isNotNull())
     return decoded.withColumn(VALID, F.coalesce(valid, F.lit(False)))
 
-
-def _parsed(values: Column) -> Column:
-    return F.try_parse_json(values.cast("string"))

@@ -112,13 +112,18 @@ class Landing:
         self.append_dead_letters(dead, report)
 
     def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:
-        """The rows with their writer schema id, whether the body is compressed, and their kind (`cdc.framing`)."""
+        """The rows with their writer schema id, whether the body is compressed, their kind (`cdc.framing`) and,
+        for DMS JSON, the value parsed (`decode.PARSED`: the transport's, when it parsed it already)."""
+        from pyspark.sql import functions as F
 
         schema_id, compressed, kind = self._frame_columns("headers" in batch.columns, registry_frames)
-        transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in batch.columns]
+        transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED, decode.PARSED) if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
-                           schema_id.alias("schema_id"), compressed.alias("compressed"))
-        return raw.withColumn("kind", kind)
+                           schema_id.alias("schema_id"), compressed.alias("compressed")).withColumn("kind", kind)
+        if decode.PARSED in batch.columns:
+            return raw
+        return raw.withColumn(decode.PARSED, F.when(F.col("kind") == Kind.JSON.value,
+                                                    decode.parsed_json(F.col("value"))))
 
     @functools.cache  # noqa: B019 - one Landing a stage; the columns are the same for every topic and batch
     def _frame_columns(self, headers: bool, registry_frames: bool) -> tuple[Column, Column, Column]:
@@ -231,7 +236,7 @@ class Landing:
     def _plan(self, raw: DataFrame) -> dict[str, TopicPlan]:
         from pyspark.sql import functions as F
 
-        json_rows = F.when(F.col("kind") == Kind.JSON.value, F.col("value"))
+        json_rows = F.when(F.col("kind") == Kind.JSON.value, F.col(decode.PARSED))
         groups = (raw.groupBy("topic", "kind", "schema_id")
                   .agg(F.count(F.lit(1)).alias("rows"), F.count_if("compressed").alias("compressed"),
                        decode.dms_json_row_type(json_rows).alias("row_type")).collect())

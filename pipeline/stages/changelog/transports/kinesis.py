@@ -18,6 +18,7 @@ import functools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from cdc import decode
 from pipeline.stages.changelog.errors import StageError
 from pipeline.stages.changelog.transports import Outage
 from pipeline.config.settings import AwsSettings, PipelineConfig
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
 SEQUENCE = "sequence"
 _ROW_BITS = 32
-_METADATA = "metadata struct<`schema-name`: string, `table-name`: string>"
 
 
 class StreamMissing(StageError):
@@ -99,12 +99,13 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     """key, value, topic, partition, offset, timestamp (as the Kafka source has them), and `sequence`."""
     from pyspark.sql import functions as F
 
-    # one parse of the record for both names; a record that is not JSON has none
-    metadata = F.from_json(F.col("data").cast("string"), _METADATA).getField("metadata")
+    # the record is parsed once: its table's name is read from the variant, which the landing keeps (with the
+    # batch's rows, cached) to plan and decode the batch; a record that is not JSON has none
+    parsed = decode.parsed_json(F.col("data"))
     key_parts = F.split(F.col("partitionKey"), r"\.", 3)
     from_key = F.when(F.size(key_parts) == 3, F.concat(key_parts[0], F.lit("."), key_parts[1]))
-    table = F.coalesce(F.concat(metadata.getField("schema-name"), F.lit("."), metadata.getField("table-name")),
-                       from_key)
+    schema, name = (F.try_variant_get(parsed, f"$.metadata['{key}']", "string") for key in ("schema-name", "table-name"))
+    table = F.coalesce(F.concat(schema, F.lit("."), name), from_key)
     # the low bits of the id count the rows of its input partition: one shard, read in order
     in_shard = (F.monotonically_increasing_id().bitwiseAND((1 << _ROW_BITS) - 1) + 1)
     return batch.select(
@@ -116,6 +117,7 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
         (F.lit(batch_id << _ROW_BITS) + in_shard).cast("long").alias("offset"),
         F.col("approximateArrivalTimestamp").alias("timestamp"),
         F.col("sequenceNumber").alias(SEQUENCE),
+        parsed.alias(decode.PARSED),
     )
 
 
