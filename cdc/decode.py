@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 VALID = "_valid"
 PARSED = "_json"  # a value parsed into a variant (`parsed_json`), kept beside the raw bytes
+BODY = "_body"  # the Avro body, while it is decoded
 DMS_METADATA = {"timestamp": "string", "record_type": "string", "operation": "string",
                 "partition_key_type": "string", "schema_name": "string", "table_name": "string",
                 "transaction_id": "bigint", "transaction_record_id": "bigint"}
@@ -44,9 +45,12 @@ def avro(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: str
         ids_by_writer.setdefault(writer, []).append(schema_id)
     # one branch per writer, whatever number of ids name it: each `from_avro` is a reader of its own in the
     # generated code, and eight of them for two writers made the decode four times slower
-    cases = [(F.col("schema_id").isin(ids), from_avro(body, writer, options)) for writer, ids in ids_by_writer.items()]
+    # the body is cut once, as a column of its own, not in every branch: repeated, its frame tests made the
+    # generated method large enough for the JIT to leave it interpreted (HotSpot compiles none over 8000 bytes)
+    cases = [(F.col("schema_id").isin(ids), from_avro(F.col(BODY), writer, options))
+             for writer, ids in ids_by_writer.items()]
     value = functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0]))
-    decoded = rows.withColumn("v", value)
+    decoded = rows.withColumn(BODY, body).withColumn("v", value).drop(BODY)
     fields = decoded.schema["v"].dataType.fieldNames()  # type: ignore[attr-defined]
     all_null = functools.reduce(operator.and_, [F.col("v")[name].isNull() for name in fields])
     return decoded.withColumn(VALID, F.col("v").isNotNull() & ~all_null)

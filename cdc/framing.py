@@ -72,9 +72,7 @@ class PayloadFrame:
         raw = F.substring("value", self.id_offset, self.id_bytes)
         if self.wire is not WireFormat.GLUE:
             return F.conv(F.hex(raw), 16, 10)
-        text = F.lower(F.hex(raw))
-        return F.concat_ws("-", *[F.substring(text, start, length)
-                                  for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))])
+        return F.regexp_replace(F.lower(F.hex(raw)), F.lit("^(.{8})(.{4})(.{4})(.{4})"), F.lit("$1-$2-$3-$4-"))
 
 
 _GLUE, _LEGACY, _CONFLUENT = (PayloadFrame.of(wire) for wire in
@@ -149,16 +147,22 @@ def _from_headers() -> Column:
 
 
 def _header(name: str) -> Column:
-    """The value of the record's last header called `name` (as Kafka's `lastHeader`), or null."""
-    return F.try_element_at(F.filter("headers", lambda header: header["key"] == name), F.lit(-1))["value"]
+    """The value of the record's last header called `name` (as Kafka's `lastHeader`), or null: `get` is null
+    past the array's end, where a name that is not among the keys points. Not found with `filter`: Spark
+    cannot compile a lambda, so the whole classifying projection ran interpreted."""
+    from_end = F.array_position(F.reverse(F.col("headers.key")), name)
+    return F.get(F.col("headers.value"), F.size("headers") - from_end)
 
 
 def _header_id() -> Column:
-    """`global:<id>` or `content:<id>` from Apicurio's value headers, when there is a body and it is Avro binary."""
-    encoding = _header(VALUE_ENCODING_HEADER).cast("string")
-    ids = [F.when(F.length(_header(name)) == 8, F.concat(F.lit(f"{kind}:"), F.conv(F.hex(_header(name)), 16, 10)))
+    """`global:<id>` or `content:<id>` from Apicurio's value headers, when there is a body and it is Avro binary.
+
+    Each header is named once in the expression (an id's 8 bytes checked on its hex text, which `conv` turns to
+    null when empty): repeated, their lookups made the classifying projection's generated method too large
+    for the JIT (HotSpot compiles none over 8000 bytes), and it ran in the bytecode interpreter."""
+    binary = F.coalesce(F.upper(_header(VALUE_ENCODING_HEADER).cast("string")), F.lit("BINARY")) == "BINARY"
+    ids = [F.concat(F.lit(f"{kind}:"), F.conv(F.regexp_extract(F.hex(_header(name)), "^([0-9A-F]{16})$", 1), 16, 10))
            for kind, name in VALUE_ID_HEADERS.items()]
-    binary = encoding.isNull() | (F.upper(encoding) == "BINARY")
     return F.when(F.col("value").isNotNull() & binary, F.coalesce(*ids))
 
 

@@ -74,8 +74,10 @@ def _normalized(fmt: str, db: str, reader: str | None, schema: StructType) -> tu
         value = semantic_types.convert(f.name, image[f.name], f.dataType, semantics.get(f.name, Semantic(None, {})))
         row.append((F.when(placeholders[f.name], None).otherwise(value) if f.name in placeholders else value)
                    .alias(f.name))
-    toasted = [F.when(found, F.lit(name)) for name, found in placeholders.items()]
-    unchanged = F.array_compact(F.array(*toasted)) if toasted else F.array().cast("array<string>")
+    # array_remove, not array_compact: the latter is a lambda (`filter`), which Spark cannot compile, so the
+    # whole normalising projection ran interpreted (the columns' names are never empty)
+    toasted = [F.when(found, F.lit(name)).otherwise(F.lit("")) for name, found in placeholders.items()]
+    unchanged = F.array_remove(F.array(*toasted), "") if toasted else F.array().cast("array<string>")
     seq_major, seq_minor = meta.pop("_seq_major"), meta.pop("_seq_minor")
     return (
         *row,

@@ -64,3 +64,39 @@ def test_a_configured_framing_reads_only_its_payload_frame(spark) -> None:
     row = frame.select("value", legacy.schema_id().alias("schema_id")).withColumn("body", legacy.body()).first()
     assert (row["schema_id"], bytes(row["body"])) == ("7", b"body") and not legacy.reads_headers
     assert "first byte 0" in legacy.expected and "apicurio.value.globalId" in Framing.of("auto").expected
+
+
+def _compiled(frame) -> list[int]:
+    """The largest generated method of each whole-stage-codegen subtree of `frame`'s plan, in bytes of
+    bytecode, after checking that no projection of it is left to Spark's interpreter."""
+    execution = frame._jdf.queryExecution()
+    interpreted = [line for line in execution.executedPlan().toString().splitlines()
+                   if "Project [" in line and "*(" not in line]
+    assert not interpreted, interpreted
+    found = execution.debug().codegenToSeq()
+    return [found.apply(i)._3().maxMethodCodeSize() for i in range(found.size())]
+
+
+def test_classifying_and_normalising_compile_to_methods_the_jit_takes(spark) -> None:
+    """HotSpot compiles no method over 8000 bytes of bytecode: over it, the stage's per-row work ran in the
+    bytecode interpreter (the classifying projection was 8762 bytes, with each header looked up many times)."""
+    from cdc.normalize import normalize
+
+    frame = spark.createDataFrame([(b"\x00" + (5).to_bytes(4) + b"b", [(GLOBAL, _long(42)), *BINARY])],
+                                  "value binary, headers array<struct<key: string, value: binary>>")
+    framing = Framing.of("auto")
+    classified = (frame.select("value", framing.schema_id().alias("schema_id"), framing.compressed().alias("c"))
+                  .withColumn("kind", kind(F.col("schema_id"))).withColumn("body", framing.body()))
+    assert max(_compiled(classified)) <= 8000
+    assert classified.select("schema_id", "kind").first() == ("global:42", "framed")
+
+    image = "struct<id: bigint, name: string, note: string>"
+    decoded = spark.createDataFrame(
+        [((None, (1, "a", "__debezium_unavailable_value"), (24, '["1","2"]', 2, "postgresql", "db", "public", "t",
+                                                            7), "u"), "t", 0, 3, None, "5")],
+        f"v struct<before: {image}, after: {image}, source: struct<ts_ms: bigint, sequence: string, lsn: bigint, "
+        "connector: string, db: string, schema: string, table: string, txId: bigint>, op: string>, topic string, "
+        "partition int, offset bigint, timestamp timestamp, schema_id string")
+    changes = normalize(decoded, "debezium", "db")
+    assert max(_compiled(changes)) <= 8000
+    assert changes.select("name", "note", "_unchanged").first() == ("a", None, ["note"])

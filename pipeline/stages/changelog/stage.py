@@ -221,10 +221,11 @@ class ChangelogStage:
 
     def _query_id(self) -> str:
         """The query's id, which Spark keeps in the checkpoint: stable across restarts of the same query, new
-        for a new checkpoint (whose batch ids start again at 0). Read through Spark, so S3 checkpoints work."""
+        for a new checkpoint (whose batch ids start again at 0). Read through Hadoop's file system, so S3
+        checkpoints work, and without a Spark job of its own."""
         if self._id is None:
-            metadata = self.spark.read.text(f"{self.cfg.changelog.checkpoint}/metadata").first()
-            self._id = json.loads(metadata["value"])["id"]  # type: ignore[index]
+            metadata = read_text(self.spark, f"{self.cfg.changelog.checkpoint}/metadata") or ""
+            self._id = json.loads(metadata.splitlines()[0])["id"]
         return self._id
 
 
