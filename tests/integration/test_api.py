@@ -19,7 +19,8 @@ SCHEMA = "order_id INT, status STRING, _op STRING, _seq BIGINT, changed_at STRIN
 
 def test_the_documented_example_runs(spark, monkeypatch) -> None:
     """The doc's session builder attaches to the suite's session (one JVM a process): its catalog settings
-    are applied to it, and the example's own assertions check the tables it wrote."""
+    are applied to it, and the example's own assertions check the tables it wrote. Its catalog's name
+    (`example`) must stay one no test uses as a namespace: `demo.customers` once resolved to a `demo` catalog."""
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "api.md").read_text(), re.S)
     example = next(block for block in blocks if "getOrCreate" in block)
     monkeypatch.chdir(REPO)
