@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from cdc.merge import UNCHANGED
-from cdc.scd2 import (VERSION_COLUMNS, history_sql, is_history, replaced_sql, touched_sql, tracked, version_clauses,
+from cdc.scd2 import (VERSION_COLUMNS, history_sql, replaced_sql, touched_sql, tracked, version_clauses,
                        versions_sql)
 from pipeline.config.settings import PipelineConfig
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf, snapshot_properties
@@ -24,10 +24,6 @@ from tables.names import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-def is_history_table(table: LakeTable) -> bool:
-    return table.exists() and is_history(f.name for f in table.fields())
 
 
 def with_versions(changes: DataFrame) -> DataFrame:
