@@ -268,6 +268,8 @@ class ChangelogSettings(_Section):
     topic_pattern: str | None = Field(None, description="a Java regex of topics, e.g. 'moma\\..*'")
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = Field(None, gt=0)
+    concurrent_topics: int = Field(4, ge=1, description="topics of one batch landed at once: one topic's driver work "
+                                   "(registry, planning, the commit) overlaps another's tasks")
     trigger_interval: str = "10 seconds"
     checkpoint: str | None = Field(None, description="a path or URI (s3://…); defaults to <home>/checkpoints/changelog")
     namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -105,10 +106,27 @@ class Landing:
 
     def land_topics(self, topics: list[tuple[str, DataFrame]], report: BatchReport) -> None:
         """Land a batch topic by topic, given each topic's Kafka-shaped rows, each read once (`_one_pass`);
-        dead letters last."""
+        dead letters last.
+
+        Up to `changelog.concurrent_topics` topics land at once, each in a thread of its own with a report of
+        its own (merged in topic order): a topic's driver work (registry calls, building its plan over py4j,
+        the Iceberg commit) is a second or so that would otherwise leave the executors idle."""
+        from pyspark import inheritable_thread_target
+
+        def one(topic: str, rows: DataFrame) -> tuple[BatchReport, list[DataFrame]]:
+            part = report.part()
+            return part, self._one_pass(self._classified(rows), topic, part)
+
+        workers = min(self.cfg.changelog.concurrent_topics, len(topics))
+        if workers <= 1:
+            landed = [one(topic, rows) for topic, rows in topics]
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="land") as pool:
+                landed = list(pool.map(inheritable_thread_target(self.spark)(one), *zip(*topics)))
         dead: list[DataFrame] = []
-        for topic, rows in topics:
-            dead += self._one_pass(self._classified(rows), topic, report)
+        for part, letters in landed:
+            report.merge(part)
+            dead += letters
         self.append_dead_letters(dead, report)
 
     def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:

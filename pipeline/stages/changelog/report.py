@@ -26,6 +26,21 @@ class BatchReport:
     planned: list[str] = field(default_factory=list)  # topics (or what one pass left) landed the planned way
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # wall clock, epoch ms
 
+    def part(self) -> BatchReport:
+        """An empty report of the same batch and writer, for one topic landed beside others (`merge` it back)."""
+        return BatchReport(self.batch_id, writer=self.writer, started_ms=self.started_ms)
+
+    def merge(self, part: BatchReport) -> None:
+        """Add what a `part` counted (dead letters are counted once for the whole batch, after its topics)."""
+        self.rows_in += part.rows_in
+        self.tombstones += part.tombstones
+        for mine, theirs in ((self.tables, part.tables), (self.records, part.records), (self.control, part.control),
+                             (self.one_pass, part.one_pass)):
+            for key, count in theirs.items():
+                mine[key] = mine.get(key, 0) + count
+        self.skipped += part.skipped
+        self.planned += part.planned
+
     @property
     def rows_per_s(self) -> int:
         return round(self.rows_in / self.seconds) if self.seconds else 0
