@@ -100,3 +100,21 @@ def test_classifying_and_normalising_compile_to_methods_the_jit_takes(spark) -> 
     changes = normalize(decoded, "debezium", "db")
     assert max(_compiled(changes)) <= 8000
     assert changes.select("name", "note", "_unchanged").first() == ("a", None, ["note"])
+
+
+def test_a_batchs_rows_compile_to_the_same_code_whatever_the_batch(spark) -> None:
+    """Spark writes a literal number or time into the generated Java: with the batch id and the ingestion time
+    as literals, every batch compiled its decode and normalise anew and the JIT warmed them up again."""
+    from pipeline.stages.changelog.landing import stamped
+
+    rows = spark.range(1, 3).withColumn("name", F.concat(F.lit("n"), F.col("id").cast("string")))  # generated code
+
+    def largest_code(frame) -> str:
+        frame.collect()  # the broadcast makes the plan adaptive: its stages are known once it ran
+        found = frame._jdf.queryExecution().debug().codegenToSeq()
+        return max((found.apply(i)._2() for i in range(found.size())), key=len)
+
+    first, second = stamped(rows, 7), stamped(rows, 8)
+    assert largest_code(first) == largest_code(second)
+    assert {(r["id"], r["_batch_id"]) for r in second.collect()} == {(1, 8), (2, 8)}
+    assert second.schema["_ingested_at"].dataType.typeName() == "timestamp"

@@ -356,11 +356,8 @@ class Landing:
     def append(self, rows: DataFrame, name: str, report: BatchReport,
                partition_by_source_time: bool = True) -> Appended:
         """Append once per (`report.writer`, batch id): a replayed batch skips a table that holds it."""
-        from pyspark.sql import functions as F
-
         batch_id = report.batch_id
-        rows = rows.withColumns({"_ingested_at": F.current_timestamp(), "_batch_id": F.lit(batch_id).cast("long")})
-        done = self.appender.append(rows, name, report.writer, batch_id, partition_by_source_time,
+        done = self.appender.append(stamped(rows, batch_id), name, report.writer, batch_id, partition_by_source_time,
                                     {BATCH_STARTED: str(report.started_ms)})
         if done.skipped:
             report.skipped.append(done.table)
@@ -370,6 +367,18 @@ class Landing:
             self.glue.sync(self.cfg.changelog.namespace, name)
         return done
 
+
+
+def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
+    """The rows with `_ingested_at` (now) and `_batch_id`, joined from a broadcast one-row frame rather than
+    added as literals. Spark writes a literal number or time into the generated Java code, so with literals every
+    batch compiled the whole decode and normalise anew, and the JIT compiled it again from the interpreter up: about
+    2 CPU-s a batch of a single topic. Joined, the per-row code is the same for every batch, and compiled once."""
+    from pyspark.sql import functions as F
+
+    stamp = rows.sparkSession.range(1, numPartitions=1).select(
+        F.current_timestamp().alias("_ingested_at"), F.lit(batch_id).cast("long").alias("_batch_id"))
+    return rows.crossJoin(F.broadcast(stamp))
 
 
 def _lands(reader: str) -> bool:
