@@ -80,11 +80,11 @@ def _landed_source(cfg: PipelineConfig, spark, folder: Path, tag: str,
     return cfg, source, truth
 
 
-@pytest.fixture(scope="module")
-def landed(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[PipelineConfig, Source, TruthStore]:
-    """One landed source for the tests that only read its changelog; each of them merges into a mirror
-    namespace of its own (`_own_mirrors`)."""
-    return _landed_source(cfg, spark, tmp_path_factory.mktemp("landed"), "sh")
+@pytest.fixture
+def landed(landed_source) -> tuple[PipelineConfig, Source, TruthStore]:
+    """The session's landed source (`tests/conftest.py`), for the tests that only read its changelog; each of
+    them merges into a mirror namespace of its own (`_own_mirrors`)."""
+    return landed_source
 
 
 def _own_mirrors(cfg: PipelineConfig, tag: str, **mirror) -> PipelineConfig:
