@@ -102,3 +102,12 @@ def spark(cfg: PipelineConfig, jars: Path) -> Iterator[SparkSession]:
     yield session
     session.stop()
 
+
+@pytest.fixture(scope="session")
+def landed_source(cfg: PipelineConfig, stack: Stack, spark: SparkSession, tmp_path_factory):
+    """One simulated source (`tests/integration/test_mirror.py`'s, 900 changes of four tables) landed in the
+    changelog once, for the tests of every file that only read that changelog; each merges it into a mirror
+    namespace of its own, so none sees another's mirrors."""
+    from tests.integration.test_mirror import _landed_source
+
+    return _landed_source(cfg, spark, tmp_path_factory.mktemp("landed"), "sh")

@@ -80,11 +80,11 @@ def _landed_source(cfg: PipelineConfig, spark, folder: Path, tag: str,
     return cfg, source, truth
 
 
-@pytest.fixture(scope="module")
-def landed(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[PipelineConfig, Source, TruthStore]:
-    """One landed source for the tests that only read its changelog; each of them merges into a mirror
-    namespace of its own (`_own_mirrors`)."""
-    return _landed_source(cfg, spark, tmp_path_factory.mktemp("landed"), "sh")
+@pytest.fixture
+def landed(landed_source) -> tuple[PipelineConfig, Source, TruthStore]:
+    """The session's landed source (`tests/conftest.py`), for the tests that only read its changelog; each of
+    them merges into a mirror namespace of its own (`_own_mirrors`)."""
+    return landed_source
 
 
 def _own_mirrors(cfg: PipelineConfig, tag: str, **mirror) -> PipelineConfig:
@@ -104,9 +104,9 @@ def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables
 
 
 def _single_row_per_key(cfg: PipelineConfig, spark, table: str) -> None:
-    mirror = mirror_state(cfg, spark, table)
     key = cfg.mirror.key_columns(table)[0]
-    assert mirror.count() == mirror.select(key).distinct().count()
+    rows, keys = mirror_state(cfg, spark, table).selectExpr("count(*)", f"count(DISTINCT {key})").first()  # one job
+    assert rows == keys
 
 
 # Mirror configurations merged from one changelog: (layout, write mode, delete mode) per lake format.
@@ -147,23 +147,26 @@ def test_mirror_equals_the_source_incrementally(lake_format: str, stack, spark, 
     # The same source runs on (its first 900 events are delivered again): the mirror reads only the new commits.
     second = source.simulate(events=1800)
     orders = lake_table(cfg, spark, cfg.changelog.namespace, f"{prefix}_orders").read()
-    assert orders.where("_op = 't'").count() > 0  # truncates, and updates that left the TOASTed notes alone
-    assert orders.where("size(_unchanged) > 0").count() > 0
+    truncates, untoasted = orders.selectExpr("count_if(_op = 't')", "count_if(size(_unchanged) > 0)").first()
+    assert truncates > 0  # truncates, and updates that left the TOASTed notes alone
+    assert untoasted > 0
     landed = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read().count() for t in source.tables()}
     source.land(spark)
+    # Every mirror reads the same changelog, which no merge changes: its sizes are counted once.
+    totals = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read().count() for t in source.tables()}
     for mirror in mirrors:
         namespace = mirror.mirror.namespace
         for report in MirrorStage(mirror, spark).run_once():
-            total = lake_table(cfg, spark, cfg.changelog.namespace, report.table).read().count()
-            assert report.changes == total - landed[report.table]
+            assert report.changes == totals[report.table] - landed[report.table]
         _assert_equal_to_truth(mirror, spark, second, source.tables())
         for table in source.tables():
             _single_row_per_key(mirror, spark, table)  # partition moves left no stale copy behind
         deleted = mirror_state(mirror, spark, f"{prefix}_artists").where("_is_deleted").count()
         assert (deleted > 0) if mirror.mirror.delete_mode == "soft" else (deleted == 0)
         current = query(mirror, spark, f"SELECT * FROM {namespace}.{prefix}_artists{mirror.mirror.view_suffix}")
-        assert current.where("_is_deleted").count() == 0
-        assert current.count() == len(second.state_at("moma.public.artists"))
+        deleted_rows, rows = current.selectExpr("count_if(_is_deleted)", "count(*)").first()  # one job
+        assert deleted_rows == 0
+        assert rows == len(second.state_at("moma.public.artists"))
 
         orders = lake_table(mirror, spark, namespace, f"{prefix}_orders").read()
         assert {c: t for c, t in orders.dtypes if c in ORDER_TYPES} == ORDER_TYPES
@@ -271,10 +274,11 @@ def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(scd_type: int, l
         if scd_type == 1:
             _single_row_per_key(cfg, spark, table)
         else:  # one current version per key, and some keys with several
-            versions = mirror_state(cfg, spark, table)
             key = cfg.mirror.key_columns(table)[0]
-            assert versions.where("_is_current").count() == versions.select(key).distinct().count()
-            assert versions.count() > versions.select(key).distinct().count()
+            current, keys, versions = mirror_state(cfg, spark, table).selectExpr(  # one job for the three
+                "count_if(_is_current)", f"count(DISTINCT {key})", "count(*)").first()
+            assert current == keys
+            assert versions > keys
 
 
 @pytest.mark.parametrize("lake_format", ["iceberg", "delta"])

@@ -24,15 +24,17 @@ from pipeline.stack.java import find_java
 from tables.lake import table_names
 from tables.views import lake_views
 from tests.conftest import REPO, TEST_SETTINGS, free_port
-from tests.integration.test_mirror import Source, _landed_source
+from tests.integration.test_mirror import Source, _own_mirrors
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def lake(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> tuple[PipelineConfig, Source]:
-    """A simulated source landed and mirrored once, for every test here."""
-    cfg, source, _ = _landed_source(cfg, spark, tmp_path_factory.mktemp("sql"), "sq")
+def lake(landed_source, spark) -> tuple[PipelineConfig, Source]:
+    """The session's landed source (`tests/conftest.py`), mirrored once into a namespace of its own, for
+    every test here."""
+    cfg, source, _ = landed_source
+    cfg = _own_mirrors(cfg, "sq")
     MirrorStage(cfg, spark).run_once()
     return cfg, source
 
@@ -96,11 +98,14 @@ def test_views_in_the_catalog_and_athena_ddl(lake, spark) -> None:
 
 
 @pytest.fixture
-def sql_server(tmp_path: Path) -> Iterator[str]:
-    """`python -m pipeline sql-server` on the test configuration, in its own process; yields its JDBC URL."""
+def sql_server(lake, tmp_path: Path) -> Iterator[str]:
+    """`python -m pipeline sql-server` on the test configuration with the lake's mirror namespace, in its own
+    process; yields its JDBC URL."""
+    namespace = lake[0].mirror.namespace
     port, log_file = free_port(), tmp_path / "sql-server.log"
     command = [sys.executable, "-m", "pipeline", *[f"--set={s}" for s in TEST_SETTINGS],
-               "--set=spark.master=local[1]", "--set=spark.driver_memory=1g", "sql-server", "--port", str(port)]
+               "--set=spark.master=local[1]", "--set=spark.driver_memory=1g", f"--set=mirror.namespace={namespace}",
+               "sql-server", "--port", str(port)]
     with log_file.open("w") as log:
         process = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -109,7 +114,7 @@ def sql_server(tmp_path: Path) -> Iterator[str]:
             assert process.poll() is None, f"sql-server exited: {log_file.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"sql-server not listening in 300 s: {log_file.read_text()[-3000:]}"
             time.sleep(0.5)
-        yield jdbc_url("127.0.0.1", port, "mirror")
+        yield jdbc_url("127.0.0.1", port, namespace)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
