@@ -1,16 +1,25 @@
-"""Rows of AWS DMS S3 target files (CSV or Parquet), as one JSON object per row with the file's path and the row's
-position (the `s3-sqs` source with `rowFormat=json`), into the decoded DMS shape `cdc/normalize.py` reads:
-`v = {data, metadata}` plus the transport columns, and a `_valid` flag.
+"""AWS DMS S3 target files (CSV or Parquet): which table a file holds, each table's files read once by Spark's own
+reader, and their rows into the decoded DMS shape `cdc/normalize.py` reads: `v = {data, metadata}` plus the
+transport columns, and a `_valid` flag.
 
-The table comes from DMS's folder layout `<folder>/<schema>/<table>/<file>`, with the folder as the database.
+A batch's files are known before any is read (the `s3-sqs` source lists them), and so is each file's table: DMS's
+folder layout `<folder>/<schema>/<table>/<file>`, with the folder as the database. A table's files are read by
+one Parquet or CSV scan, whose row type is the files' own: a Parquet file's footer (merged over the files, so a
+column one file adds is null in the others), a CSV file's header (CSV values are text, typed by the table's
+declared DDL when there is one). Files whose types cannot merge are read group by group, each group of one row
+type, and unioned by name with Spark's widening (int with bigint is bigint); a group that does not fit is set
+apart with the reason, never dropped and never cut to the others' columns.
+
 Full-load files (`LOAD…`) hold snapshot reads; CDC files hold `Op` I/U/D. Ordering: the commit time
 (`TimestampColumnName`), then the file (DMS names CDC files by time and numbers load files), then the row in
-the file. JSON numbers with a fraction land as double; CSV values are text and take the types of the table's
-declared DDL when there is one.
+the file (Parquet's row index; a CSV file is read whole by one task, in order).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from pyspark.sql import Column
@@ -19,56 +28,154 @@ from pyspark.sql import functions as F
 from cdc.decode import VALID
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-TABLE_PATH = r"^s3://[^/]+/(?:.*/)?([^/]+)/([^/]+)/([^/]+)/([^/]+)$"  # folder (db), schema, table, file
+TABLE_PATH = re.compile(r"^s3://[^/]+/(?:.*/)?([^/]+)/([^/]+)/([^/]+)/([^/]+)$")  # folder (db), schema, table, file
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete"}
 OP_COLUMN = "Op"
+FILE_COLUMNS = ("_file_path", "_file_row", "_file_event_time")  # what each row carries of where it is
+GLOB = re.compile(r"([\\{}\[\]*?])")
 
 
-def parsed_row() -> Column:
-    return F.try_parse_json(F.col("value"))
+@dataclass(frozen=True)
+class DmsFile:
+    """An announced file and the table its path names (all empty: not in DMS's layout)."""
+
+    path: str  # s3://bucket/key
+    event_time: datetime
+    db: str = ""
+    schema: str = ""
+    table: str = ""
+
+    @classmethod
+    def of(cls, path: str, event_time: datetime) -> DmsFile:
+        found = TABLE_PATH.match(path)
+        return cls(path, event_time, *found.groups()[:3]) if found else cls(path, event_time)
+
+    @property
+    def topic(self) -> str:
+        return ".".join((self.db, self.schema, self.table))
 
 
-def with_table(rows: DataFrame) -> DataFrame:
-    """Adds `db`, `schema_name`, `table_name` and `file_name` from `_file_path`."""
-    parts = {name: F.regexp_extract("_file_path", TABLE_PATH, i + 1)
-             for i, name in enumerate(("db", "schema_name", "table_name", "file_name"))}
-    return rows.withColumns(parts)
+@dataclass(frozen=True)
+class TableRead:
+    """One table's files as rows (`_shaped`), and the files that did not fit them: rows of the same shape, and
+    the reason."""
+
+    rows: DataFrame
+    misfits: list[tuple[DataFrame, str]]
 
 
-def row_type() -> Column:
-    """An aggregate: the merged type of the rows' JSON objects."""
-    return F.schema_of_variant_agg(parsed_row())
+def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
+               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead:
+    """One table's files, read once. `csv_headers`: each CSV file's column names (its header line)."""
+    from pyspark.errors import AnalysisException
+
+    groups = _row_type_groups(spark, files, file_format, csv_headers or {})
+    frames = [(_read(spark, group, file_format, header), group) for header, group in groups]
+    rows, misfits = frames[0][0], []
+    for frame, group in frames[1:]:
+        try:
+            union = rows.unionByName(frame, allowMissingColumns=True)
+            union.schema  # noqa: B018 - analysed now: a type that does not widen fails here, not in the append
+            rows = union
+        except AnalysisException as exc:
+            names = ", ".join(f.path for f in group[:3]) + (" …" if len(group) > 3 else "")
+            misfits.append((_shaped(frame, group[0]),
+                            f"the columns of {names} do not fit the other files of the table in this batch "
+                            f"({_first_line(exc)}): land them in a batch of their own (reprocess them)"))
+    return TableRead(_shaped(rows, files[0]), misfits)
 
 
-def decode(rows: DataFrame, merged_type: str, timestamp_column: str, queue: str,
-           declared: StructType | None = None) -> DataFrame:
-    """`merged_type` from `row_type`; `declared`, the table's columns for CSV (typed from text)."""
-    from pyspark.sql.types import DecimalType, NullType, StructType, _parse_datatype_string
+def _row_type_groups(spark: SparkSession, files: list[DmsFile], file_format: str,
+                     csv_headers: dict[str, tuple[str, ...]]) -> list[tuple[tuple[str, ...] | None, list[DmsFile]]]:
+    """The files by row type, the biggest group first: CSV by header; Parquet in one group when the footers
+    merge (Spark's mergeSchema), else by each file's footer."""
+    if file_format == "csv":
+        by_header: dict[tuple[str, ...], list[DmsFile]] = {}
+        for item in files:
+            by_header.setdefault(csv_headers.get(item.path, ()), []).append(item)
+        return sorted(by_header.items(), key=lambda kv: -len(kv[1]))  # type: ignore[arg-type]
+    try:
+        _parquet(spark, files).schema  # noqa: B018 - the merge of every footer
+        return [(None, files)]
+    except Exception as exc:  # Spark's merge failure reaches Python as a bare Py4JJavaError
+        if "CANNOT_MERGE" not in str(exc):
+            raise
+    by_footer: dict[str, list[DmsFile]] = {}
+    for item in files:
+        by_footer.setdefault(_parquet(spark, [item]).schema.json(), []).append(item)
+    return [(None, group) for group in sorted(by_footer.values(), key=lambda g: -len(g))]
 
-    parsed = parsed_row()
-    found = _parse_datatype_string(merged_type.replace("OBJECT<", "STRUCT<"))
-    found = found if isinstance(found, StructType) else StructType()
+
+def _parquet(spark: SparkSession, files: list[DmsFile]) -> DataFrame:
+    return (spark.read.option("mergeSchema", "true").option("ignoreMissingFiles", "true")
+            .parquet(*[_literal(f.path) for f in files]))
+
+
+def _read(spark: SparkSession, files: list[DmsFile], file_format: str, header: tuple[str, ...] | None
+          ) -> DataFrame:
+    """The files' columns, then `FILE_COLUMNS`: each row's file, its row in the file and the file's event time."""
+    from pyspark.sql import Window
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    if file_format == "csv":
+        columns = StructType([StructField(name, StringType()) for name in header or ()])
+        frame = (spark.read.schema(columns).option("header", "true").option("multiLine", "true")
+                 .option("ignoreMissingFiles", "true").csv([_literal(f.path) for f in files]))
+        data = frame.columns
+        # multiLine: each file is one task's, read in order, so its rows are numbered in arrival order
+        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"))
+        arrival = Window.partitionBy("_spark_path").orderBy(F.monotonically_increasing_id())
+        row = (F.row_number().over(arrival) - 1).cast("bigint")
+    else:
+        frame = _parquet(spark, files)
+        data = frame.columns
+        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"),
+                             F.col("_metadata.row_index").alias("_row_index"))
+        row = F.col("_row_index")
+    # Spark names a file by its URI (`Order%20Items`): back to the announced path and its event time
+    jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+    announced = F.create_map(*[part for f in files for part in (
+        F.lit(jvm_path(f.path).toUri().toString()),
+        F.struct(F.lit(f.path).alias("path"), F.lit(f.event_time).cast("timestamp").alias("event_time")))])
+    where = F.element_at(announced, F.col("_spark_path"))
+    return frame.select(*[_col(name) for name in data], where["path"].alias("_file_path"),
+                        row.alias("_file_row"), where["event_time"].alias("_file_event_time"))
+
+
+def _shaped(rows: DataFrame, table: DmsFile) -> DataFrame:
+    """The files' columns in one struct `_row` (a table may have a column named `offset` or `db`), the row as
+    JSON in `value` (for a dead letter), the file columns and the table's names."""
+    data = F.struct(*[_col(name) for name in rows.columns if name not in FILE_COLUMNS])
+    return rows.select(data.alias("_row"), F.to_json(data).alias("value"), *FILE_COLUMNS,
+                       F.lit(table.db).alias("db"), F.lit(table.schema).alias("schema_name"),
+                       F.lit(table.table).alias("table_name"))
+
+
+def decode(rows: DataFrame, timestamp_column: str, queue: str, declared: StructType | None = None) -> DataFrame:
+    """`rows` from `read_table`; `declared`: the table's columns for CSV (typed from text). The columns are the
+    files' own (a Parquet int stays int): what Spark read, not a JSON rendering of it."""
+    row = F.col("_row")
+    present = rows.schema["_row"].dataType.fieldNames()  # type: ignore[attr-defined]
     skip = {OP_COLUMN, timestamp_column}
     if declared is not None:
-        data = [F.try_variant_get(parsed, _path(f.name), "string").try_cast(f.dataType).alias(f.name)
-                for f in declared if f.name not in skip]
+        data = [(row.getField(f.name).try_cast(f.dataType) if f.name in present else F.lit(None).cast(f.dataType))
+                .alias(f.name) for f in declared if f.name not in skip]
     else:
-        data = [F.try_variant_get(parsed, _path(f.name), "double" if isinstance(f.dataType, DecimalType)
-                                  else f.dataType.simpleString()).alias(f.name)
-                for f in found if f.name not in skip and not isinstance(f.dataType, NullType)]
-    op = F.try_variant_get(parsed, _path(OP_COLUMN), "string")
-    timestamp = F.try_variant_get(parsed, _path(timestamp_column), "string")
-    load = F.col("file_name").startswith("LOAD")
-    operation = F.when(load, F.lit("load")).otherwise(
+        data = [row.getField(name).alias(name) for name in present if name not in skip]
+    op = row.getField(OP_COLUMN).cast("string") if OP_COLUMN in present else F.lit(None).cast("string")
+    timestamp = (row.getField(timestamp_column).cast("string") if timestamp_column in present
+                 else F.lit(None).cast("string"))
+    file_name = F.regexp_extract("_file_path", r"([^/]+)$", 1)
+    operation = F.when(file_name.startswith("LOAD"), F.lit("load")).otherwise(
         F.coalesce(*[F.when(op == letter, F.lit(name)) for letter, name in OPERATIONS.items()]))
     metadata = F.struct(
         timestamp.alias("timestamp"), F.lit("data").alias("record_type"), operation.alias("operation"),
         F.lit(None).cast("string").alias("partition_key_type"), F.col("schema_name"), F.col("table_name"),
         F.lit(None).cast("bigint").alias("transaction_id"),
-        F.regexp_replace(F.regexp_replace("file_name", r"\.[^.]*$", ""), "[^0-9]", "").cast("bigint")
+        F.regexp_replace(F.regexp_replace(file_name, r"\.[^.]*$", ""), "[^0-9]", "").cast("bigint")
         .alias("transaction_record_id"))
     decoded = rows.select(
         "*",
@@ -76,9 +183,18 @@ def decode(rows: DataFrame, merged_type: str, timestamp_column: str, queue: str,
         F.lit(queue).alias("topic"), F.lit(0).alias("partition"), F.col("_file_row").alias("offset"),
         F.col("_file_event_time").alias("timestamp"), F.lit(None).cast("string").alias("schema_id"),
         F.col("_file_path").alias("file"))
-    valid = (parsed.isNotNull() & operation.isNotNull() & F.try_to_timestamp(timestamp).isNotNull())
+    valid = operation.isNotNull() & F.try_to_timestamp(timestamp).isNotNull()
     return decoded.withColumn(VALID, F.coalesce(valid, F.lit(False)))
 
 
-def _path(name: str) -> str:
-    return f"$['{name}']"
+def _literal(path: str) -> str:
+    """A path Spark reads as itself: its glob characters escaped (a DMS table may be named `a[1]`)."""
+    return GLOB.sub(r"\\\1", path)
+
+
+def _col(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:300]
