@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import structlog
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+log = structlog.get_logger(__name__)
 TABLE_PATH = re.compile(r"^s3://[^/]+/(?:.*/)?([^/]+)/([^/]+)/([^/]+)/([^/]+)$")  # folder (db), schema, table, file
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete"}
 OP_COLUMN = "Op"
@@ -68,12 +70,18 @@ class TableRead:
 
 
 def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
-               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead:
-    """One table's files, read once. `csv_headers`: each CSV file's column names (its header line)."""
+               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead | None:
+    """One table's files, read once (None: every one of them was deleted before it was read). `csv_headers`:
+    each CSV file's column names (its header line)."""
     from pyspark.errors import AnalysisException
 
-    groups = _row_type_groups(spark, files, file_format, csv_headers or {})
-    frames = [(_read(spark, group, file_format, header), group) for header, group in groups]
+    try:
+        frames = _csv(spark, files, csv_headers or {}) if file_format == "csv" else _parquet_groups(spark, files)
+    except AnalysisException as exc:
+        present = _present(spark, files) if "PATH_NOT_FOUND" in str(exc) else files  # a look costs a request
+        if len(present) == len(files):
+            raise
+        return read_table(spark, present, file_format, csv_headers) if present else None
     rows, misfits = frames[0][0], []
     for frame, group in frames[1:]:
         try:
@@ -88,25 +96,33 @@ def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
     return TableRead(_shaped(rows, files[0]), misfits)
 
 
-def _row_type_groups(spark: SparkSession, files: list[DmsFile], file_format: str,
-                     csv_headers: dict[str, tuple[str, ...]]) -> list[tuple[tuple[str, ...] | None, list[DmsFile]]]:
-    """The files by row type, the biggest group first: CSV by header; Parquet in one group when the footers
-    merge (Spark's mergeSchema), else by each file's footer."""
-    if file_format == "csv":
-        by_header: dict[tuple[str, ...], list[DmsFile]] = {}
-        for item in files:
-            by_header.setdefault(csv_headers.get(item.path, ()), []).append(item)
-        return sorted(by_header.items(), key=lambda kv: -len(kv[1]))  # type: ignore[arg-type]
+def _present(spark: SparkSession, files: list[DmsFile]) -> list[DmsFile]:
+    """The files still there; one deleted before it was read has nothing left to land: skipped, with a warning."""
+    jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    present = []
+    for item in files:
+        path = jvm.org.apache.hadoop.fs.Path(item.path)
+        if path.getFileSystem(conf).exists(path):
+            present.append(item)
+        else:
+            log.warning("dms_files.file_gone", path=item.path, reason="deleted before it was read")
+    return present
+
+
+def _parquet_groups(spark: SparkSession, files: list[DmsFile]) -> list[tuple[DataFrame, list[DmsFile]]]:
+    """The files in one scan when their footers merge (Spark's mergeSchema: a column one file adds is null in
+    the others); else one scan per footer, the most files first."""
     try:
-        _parquet(spark, files).schema  # noqa: B018 - the merge of every footer
-        return [(None, files)]
+        return [(_located(spark, _parquet(spark, files), files), files)]
     except Exception as exc:  # Spark's merge failure reaches Python as a bare Py4JJavaError
         if "CANNOT_MERGE" not in str(exc):
             raise
     by_footer: dict[str, list[DmsFile]] = {}
     for item in files:
         by_footer.setdefault(_parquet(spark, [item]).schema.json(), []).append(item)
-    return [(None, group) for group in sorted(by_footer.values(), key=lambda g: -len(g))]
+    return [(_located(spark, _parquet(spark, group), group), group)
+            for group in sorted(by_footer.values(), key=lambda g: -len(g))]
 
 
 def _parquet(spark: SparkSession, files: list[DmsFile]) -> DataFrame:
@@ -114,27 +130,37 @@ def _parquet(spark: SparkSession, files: list[DmsFile]) -> DataFrame:
             .parquet(*[_literal(f.path) for f in files]))
 
 
-def _read(spark: SparkSession, files: list[DmsFile], file_format: str, header: tuple[str, ...] | None
-          ) -> DataFrame:
-    """The files' columns, then `FILE_COLUMNS`: each row's file, its row in the file and the file's event time."""
-    from pyspark.sql import Window
+def _csv(spark: SparkSession, files: list[DmsFile], headers: dict[str, tuple[str, ...]]
+         ) -> list[tuple[DataFrame, list[DmsFile]]]:
+    """One scan per header (all text), the most files first. multiLine: each file is one task's, read in order
+    (and a quoted value may hold a line break)."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    if file_format == "csv":
-        columns = StructType([StructField(name, StringType()) for name in header or ()])
+    by_header: dict[tuple[str, ...], list[DmsFile]] = {}
+    for item in files:
+        by_header.setdefault(headers.get(item.path, ()), []).append(item)
+    frames = []
+    for header, group in sorted(by_header.items(), key=lambda kv: -len(kv[1])):
+        columns = StructType([StructField(name, StringType()) for name in header])
         frame = (spark.read.schema(columns).option("header", "true").option("multiLine", "true")
-                 .option("ignoreMissingFiles", "true").csv([_literal(f.path) for f in files]))
-        data = frame.columns
-        # multiLine: each file is one task's, read in order, so its rows are numbered in arrival order
-        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"))
-        arrival = Window.partitionBy("_spark_path").orderBy(F.monotonically_increasing_id())
-        row = (F.row_number().over(arrival) - 1).cast("bigint")
-    else:
-        frame = _parquet(spark, files)
-        data = frame.columns
+                 .option("ignoreMissingFiles", "true").csv([_literal(f.path) for f in group]))
+        frames.append((_located(spark, frame, group, row_index=False), group))
+    return frames
+
+
+def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_index: bool = True) -> DataFrame:
+    """The files' columns, then `FILE_COLUMNS`: each row's file, its row in the file, the file's event time.
+    Without Spark's `row_index` (CSV), a file's rows are numbered as they come: in order, in one task."""
+    from pyspark.sql import Window
+
+    data = frame.columns
+    if row_index:
         frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"),
-                             F.col("_metadata.row_index").alias("_row_index"))
-        row = F.col("_row_index")
+                             F.col("_metadata.row_index").alias("_file_row"))
+    else:
+        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"))
+        frame = frame.withColumn("_file_row", (F.row_number().over(Window.partitionBy("_spark_path").orderBy(
+            F.monotonically_increasing_id())) - 1).cast("bigint"))
     # Spark names a file by its URI (`Order%20Items`): back to the announced path and its event time
     jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
     announced = F.create_map(*[part for f in files for part in (
@@ -142,7 +168,7 @@ def _read(spark: SparkSession, files: list[DmsFile], file_format: str, header: t
         F.struct(F.lit(f.path).alias("path"), F.lit(f.event_time).cast("timestamp").alias("event_time")))])
     where = F.element_at(announced, F.col("_spark_path"))
     return frame.select(*[_col(name) for name in data], where["path"].alias("_file_path"),
-                        row.alias("_file_row"), where["event_time"].alias("_file_event_time"))
+                        "_file_row", where["event_time"].alias("_file_event_time"))
 
 
 def _shaped(rows: DataFrame, table: DmsFile) -> DataFrame:

@@ -135,6 +135,8 @@ class S3SqsTransport:
 
         settings, first = self.cfg.dms_files, files[0]
         read = dms_files.read_table(landing.spark, files, settings.file_format, headers)
+        if read is None:
+            return []
         refused = [(rows, "IncompatibleDmsFile", reason) for rows, reason in read.misfits]
         name = None
         if not first.table:
