@@ -142,3 +142,32 @@ def test_a_batch_lands_each_table_once_whatever_its_files_hold(stack, spark, cfg
     assert first.records[f"{bucket}.public.t"] == 6
     assert replay.tables == {} and replay.dead_letters_skipped  # nothing twice
     assert {table.rsplit(".", 1)[-1] for table in replay.skipped} == {name, odd_name, cfg.changelog.dead_letter_table}
+
+
+def test_csv_files_of_two_headers_land_with_their_rows_numbered(stack, spark, cfg: PipelineConfig) -> None:
+    """A CSV file with a line break in a quoted value, and one whose header adds a column: one table, rows in
+    file order, no column lost."""
+    bucket = f"dmscsv{uuid.uuid4().hex[:6]}"
+    cfg = cfg.model_copy(update={"dms_files": cfg.dms_files.model_copy(update={
+        "bucket": bucket, "queue": bucket, "queue_url": "http://unused", "file_format": "csv"})})
+    s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
+    s3.create_bucket(Bucket=bucket)
+    table = f"s3://{bucket}/{bucket}/public/c"
+    files = {f"{table}/20260101-000000001.csv": 'Op,dms_commit_ts,id,name\nI,2026-01-01 00:00:01,1,"a\nb"\n'
+                                                'I,2026-01-01 00:00:01,2,\n',
+             f"{table}/20260101-000000002.csv": "Op,dms_commit_ts,id,name,extra\nU,2026-01-01 00:00:02,1,a2,x\n"}
+    for path, body in files.items():
+        s3.put_object(Bucket=bucket, Key=path.split("/", 3)[3], Body=body.encode())
+    batch = spark.createDataFrame([(path, len(body), datetime(2026, 1, 2)) for path, body in files.items()],
+                                  FILE_ROWS_SCHEMA)
+    landing = Landing(cfg, spark)
+    landing.prepare()
+    report = BatchReport(3, writer=bucket)
+    S3SqsTransport(cfg).land(landing, batch, report)
+
+    rows = lake_table(cfg, spark, cfg.changelog.namespace, lake_table_name(bucket, "c")).read().collect()
+    assert {(r["_op"], r["id"], r["name"], r["extra"], r["_transport"]["file"], r["_transport"]["offset"])
+            for r in rows} == {("c", "1", "a\nb", None, f"{table}/20260101-000000001.csv", 0),
+                               ("c", "2", None, None, f"{table}/20260101-000000001.csv", 1),
+                               ("u", "1", "a2", "x", f"{table}/20260101-000000002.csv", 0)}
+    assert report.rows_in == 3 and report.dead_by_topic == {}
