@@ -4,8 +4,8 @@ Two cases, each 100 files of 10k rows (1M changes): of one table, and of 10 tabl
 DMS CDC files (`Op`, `dms_commit_ts`, then the row: a bigint key, two strings, a double, a boolean) written to a
 bucket on a throw-away moto server (the bench ports of bench/stack.py) whose notifications go to SQS.
 
-- stage: `ChangelogStage.run(until_caught_up=True)` over a fresh checkpoint, with `maxFilesPerTrigger` 100, so
-  the 100 files are one batch; the figure is the batch's own time (`BatchReport.seconds`: listing the files,
+- stage: `ChangelogStage.run(until_caught_up=True)` over a fresh checkpoint, with no `maxFilesPerTrigger` limit,
+  so the files are one batch (or two, when the first poll missed some); the figure is the batch's own time (`BatchReport.seconds`: listing the files,
   reading, decoding, normalising and appending them), without the query's start and the drain's last poll
   (printed apart, as `run`).
 - baseline: for each table, `spark.read.parquet` over the same files -> a new Iceberg table (`writeTo.create`),
@@ -87,7 +87,7 @@ def case(cfg: PipelineConfig, spark: Any, label: str, tables: int, files: int, r
         "changelog": cfg.changelog.model_copy(update={"source": "s3-sqs", "checkpoint": str(work / label)}),
         "dms_files": cfg.dms_files.model_copy(update={
             "bucket": bucket, "queue": bucket, "queue_url": queue_url, "long_polling_wait_s": 2,
-            "max_files_per_trigger": files, "options": {"queueFetchWaitTimeoutSeconds": "4"}})})
+            "max_files_per_trigger": -1, "options": {"queueFetchWaitTimeoutSeconds": "4"}})})
     stage = ChangelogStage(stage_cfg, spark)
     started = time.perf_counter()
     stage.run(until_caught_up=True)
@@ -103,7 +103,8 @@ def case(cfg: PipelineConfig, spark: Any, label: str, tables: int, files: int, r
         (spark.read.parquet(*paths).writeTo(f"{cfg.catalog.name}.baseline.{label.replace('-', '_')}_t{table}")
          .using("iceberg").create())
     baseline_s = time.perf_counter() - started
-    print(f"  {label}: stage batch {stage_s:.1f} s in {len(batches)} batch(es) (run {run_s:.1f} s with the "
+    print(f"  {label}: stage batch {stage_s:.1f} s in {len(batches)} batch(es) "
+          f"({', '.join(f'{r.rows_in:,} rows {r.seconds:.1f} s' for r in batches)}; run {run_s:.1f} s with the "
           f"query's start and drain), baseline {baseline_s:.1f} s", flush=True)
     return stage_s, baseline_s, landed
 

@@ -36,7 +36,9 @@ log = structlog.get_logger(__name__)
 TABLE_PATH = re.compile(r"^s3://[^/]+/(?:.*/)?([^/]+)/([^/]+)/([^/]+)/([^/]+)$")  # folder (db), schema, table, file
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete"}
 OP_COLUMN = "Op"
-FILE_COLUMNS = ("_file_path", "_file_row", "_file_event_time")  # what each row carries of where it is
+# what each row carries of where it is: its file, its row in the file, the file's event time, whether it is a
+# full-load file, and the number in its name (DMS names CDC files by time and numbers load files)
+FILE_COLUMNS = ("_file_path", "_file_row", "_file_event_time", "_file_load", "_file_number")
 GLOB = re.compile(r"([\\{}\[\]*?])")
 
 
@@ -58,6 +60,17 @@ class DmsFile:
     @property
     def topic(self) -> str:
         return ".".join((self.db, self.schema, self.table))
+
+    @property
+    def load(self) -> bool:
+        """A full-load file (`LOAD00000001.csv`): snapshot reads."""
+        return self.path.rsplit("/", 1)[-1].startswith("LOAD")
+
+    @property
+    def number(self) -> int | None:
+        """The digits of the file's name without its extension: its place among the table's files."""
+        digits = re.sub(r"[^0-9]", "", re.sub(r"\.[^.]*$", "", self.path.rsplit("/", 1)[-1]))
+        return int(digits) if digits else None
 
 
 @dataclass(frozen=True)
@@ -149,8 +162,9 @@ def _csv(spark: SparkSession, files: list[DmsFile], headers: dict[str, tuple[str
 
 
 def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_index: bool = True) -> DataFrame:
-    """The files' columns, then `FILE_COLUMNS`: each row's file, its row in the file, the file's event time.
-    Without Spark's `row_index` (CSV), a file's rows are numbered as they come: in order, in one task."""
+    """The files' columns, then `FILE_COLUMNS`; what is the same for a file's rows is looked up by the file,
+    not computed row by row. Without Spark's `row_index` (CSV), a file's rows are numbered as they come: in
+    order, in one task."""
     from pyspark.sql import Window
 
     data = frame.columns
@@ -165,10 +179,12 @@ def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_in
     jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
     announced = F.create_map(*[part for f in files for part in (
         F.lit(jvm_path(f.path).toUri().toString()),
-        F.struct(F.lit(f.path).alias("path"), F.lit(f.event_time).cast("timestamp").alias("event_time")))])
+        F.struct(F.lit(f.path).alias("path"), F.lit(f.event_time).cast("timestamp").alias("event_time"),
+                 F.lit(f.load).alias("load"), F.lit(f.number).cast("bigint").alias("number")))])
     where = F.element_at(announced, F.col("_spark_path"))
-    return frame.select(*[_col(name) for name in data], where["path"].alias("_file_path"),
-                        "_file_row", where["event_time"].alias("_file_event_time"))
+    return frame.select(*[_col(name) for name in data], where["path"].alias("_file_path"), "_file_row",
+                        where["event_time"].alias("_file_event_time"), where["load"].alias("_file_load"),
+                        where["number"].alias("_file_number"))
 
 
 def _shaped(rows: DataFrame, table: DmsFile) -> DataFrame:
@@ -192,25 +208,38 @@ def decode(rows: DataFrame, timestamp_column: str, queue: str, declared: StructT
     else:
         data = [row.getField(name).alias(name) for name in present if name not in skip]
     op = row.getField(OP_COLUMN).cast("string") if OP_COLUMN in present else F.lit(None).cast("string")
-    timestamp = (row.getField(timestamp_column).cast("string") if timestamp_column in present
-                 else F.lit(None).cast("string"))
-    file_name = F.regexp_extract("_file_path", r"([^/]+)$", 1)
-    operation = F.when(file_name.startswith("LOAD"), F.lit("load")).otherwise(
+    timestamp, valid_time = _commit_time(rows, timestamp_column)
+    operation = F.when(F.col("_file_load"), F.lit("load")).otherwise(
         F.coalesce(*[F.when(op == letter, F.lit(name)) for letter, name in OPERATIONS.items()]))
     metadata = F.struct(
         timestamp.alias("timestamp"), F.lit("data").alias("record_type"), operation.alias("operation"),
         F.lit(None).cast("string").alias("partition_key_type"), F.col("schema_name"), F.col("table_name"),
         F.lit(None).cast("bigint").alias("transaction_id"),
-        F.regexp_replace(F.regexp_replace(file_name, r"\.[^.]*$", ""), "[^0-9]", "").cast("bigint")
-        .alias("transaction_record_id"))
+        F.col("_file_number").alias("transaction_record_id"))
     decoded = rows.select(
         "*",
         F.struct(F.struct(*data).alias("data"), metadata.alias("metadata")).alias("v"),
         F.lit(queue).alias("topic"), F.lit(0).alias("partition"), F.col("_file_row").alias("offset"),
         F.col("_file_event_time").alias("timestamp"), F.lit(None).cast("string").alias("schema_id"),
         F.col("_file_path").alias("file"))
-    valid = operation.isNotNull() & F.try_to_timestamp(timestamp).isNotNull()
-    return decoded.withColumn(VALID, F.coalesce(valid, F.lit(False)))
+    return decoded.withColumn(VALID, F.coalesce(operation.isNotNull() & valid_time, F.lit(False)))
+
+
+def _commit_time(rows: DataFrame, name: str) -> tuple[Column, Column]:
+    """The commit time for `metadata.timestamp` (`cdc/normalize.py` takes it with `to_timestamp`), and whether
+    it is one. A Parquet timestamp is passed as it is: formatting it as text to parse it again cost more than
+    the rest of the row."""
+    from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
+
+    fields = {f.name: f.dataType for f in rows.schema["_row"].dataType.fields}  # type: ignore[attr-defined]
+    kind = fields.get(name)
+    if kind is None:
+        return F.lit(None).cast("string"), F.lit(False)
+    value = F.col("_row").getField(name)
+    if isinstance(kind, (TimestampType, TimestampNTZType)):
+        return value, value.isNotNull()
+    text = value if isinstance(kind, StringType) else value.cast("string")
+    return text, F.try_to_timestamp(text).isNotNull()
 
 
 def _literal(path: str) -> str:

@@ -79,3 +79,11 @@ def test_a_file_path_names_its_table(path: str, table: tuple[str, str, str]) -> 
 
 def test_glob_characters_in_a_path_are_escaped() -> None:
     assert _literal("s3://b/db/public/a[1]{x}*?/f.parquet") == r"s3://b/db/public/a\[1\]\{x\}\*\?/f.parquet"
+
+
+@pytest.mark.parametrize(("name", "load", "number"), [
+    ("20260101-000000123.parquet", False, 20260101000000123), ("LOAD00000007.csv", True, 7), ("notes.csv", False, None),
+])
+def test_a_file_name_says_full_load_and_its_number(name: str, load: bool, number: int | None) -> None:
+    found = DmsFile.of(f"s3://b/db/public/t/{name}", datetime(2026, 1, 1))
+    assert (found.load, found.number) == (load, number)

@@ -156,7 +156,7 @@ class S3SqsTransport:
                                    _parse_datatype_string(ddl) if ddl else None)
         counts = (F.count(F.lit(1)).alias("rows"), F.count_if(~F.col(VALID)).alias("invalid"))
         seen = Observation(f"rows {first.topic} {report.batch_id}")
-        valid = decoded.observe(seen, *counts).where(VALID)
+        valid = decoded.drop("value").observe(seen, *counts).where(VALID)  # the row's JSON: for dead letters only
         done = landing.append(normalize(valid, f"dms-{settings.file_format}", first.db), name, report)
         observed = decoded.agg(*counts).first() if done.skipped else seen.get  # a replay observed nothing
         _count(report, first.topic, observed["rows"])
