@@ -1,84 +1,255 @@
-"""Rows of AWS DMS S3 target files (CSV or Parquet), as one JSON object per row with the file's path and the row's
-position (the `s3-sqs` source with `rowFormat=json`), into the decoded DMS shape `cdc/normalize.py` reads:
-`v = {data, metadata}` plus the transport columns, and a `_valid` flag.
+"""AWS DMS S3 target files (CSV or Parquet): which table a file holds, each table's files read once by Spark's own
+reader, and their rows into the decoded DMS shape `cdc/normalize.py` reads: `v = {data, metadata}` plus the
+transport columns, and a `_valid` flag.
 
-The table comes from DMS's folder layout `<folder>/<schema>/<table>/<file>`, with the folder as the database.
+A batch's files are known before any is read (the `s3-sqs` source lists them), and so is each file's table: DMS's
+folder layout `<folder>/<schema>/<table>/<file>`, with the folder as the database. A table's files are read by
+one Parquet or CSV scan, whose row type is the files' own: a Parquet file's footer (merged over the files, so a
+column one file adds is null in the others), a CSV file's header (CSV values are text, typed by the table's
+declared DDL when there is one). Files whose types cannot merge are read group by group, each group of one row
+type, and unioned by name with Spark's widening (int with bigint is bigint); a group that does not fit is set
+apart with the reason, never dropped and never cut to the others' columns.
+
 Full-load files (`LOAD…`) hold snapshot reads; CDC files hold `Op` I/U/D. Ordering: the commit time
 (`TimestampColumnName`), then the file (DMS names CDC files by time and numbers load files), then the row in
-the file. JSON numbers with a fraction land as double; CSV values are text and take the types of the table's
-declared DDL when there is one.
+the file (Parquet's row index; a CSV file is read whole by one task, in order).
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+import structlog
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc.decode import VALID
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-TABLE_PATH = r"^s3://[^/]+/(?:.*/)?([^/]+)/([^/]+)/([^/]+)/([^/]+)$"  # folder (db), schema, table, file
+log = structlog.get_logger(__name__)
+TABLE_PATH = re.compile(r"^s3://[^/]+/(?:.*/)?([^/]+)/([^/]+)/([^/]+)/([^/]+)$")  # folder (db), schema, table, file
 OPERATIONS = {"I": "insert", "U": "update", "D": "delete"}
 OP_COLUMN = "Op"
+# what each row carries of where it is: its file, its row in the file, the file's event time, whether it is a
+# full-load file, and the number in its name (DMS names CDC files by time and numbers load files)
+FILE_COLUMNS = ("_file_path", "_file_row", "_file_event_time", "_file_load", "_file_number")
+GLOB = re.compile(r"([\\{}\[\]*?])")
 
 
-def parsed_row() -> Column:
-    return F.try_parse_json(F.col("value"))
+@dataclass(frozen=True)
+class DmsFile:
+    """An announced file and the table its path names (all empty: not in DMS's layout)."""
+
+    path: str  # s3://bucket/key
+    event_time: datetime
+    db: str = ""
+    schema: str = ""
+    table: str = ""
+
+    @classmethod
+    def of(cls, path: str, event_time: datetime) -> DmsFile:
+        found = TABLE_PATH.match(path)
+        return cls(path, event_time, *found.groups()[:3]) if found else cls(path, event_time)
+
+    @property
+    def topic(self) -> str:
+        return ".".join((self.db, self.schema, self.table))
+
+    @property
+    def load(self) -> bool:
+        """A full-load file (`LOAD00000001.csv`): snapshot reads."""
+        return self.path.rsplit("/", 1)[-1].startswith("LOAD")
+
+    @property
+    def number(self) -> int | None:
+        """The digits of the file's name without its extension: its place among the table's files."""
+        digits = re.sub(r"[^0-9]", "", re.sub(r"\.[^.]*$", "", self.path.rsplit("/", 1)[-1]))
+        return int(digits) if digits else None
 
 
-def with_table(rows: DataFrame) -> DataFrame:
-    """Adds `db`, `schema_name`, `table_name` and `file_name` from `_file_path`."""
-    parts = {name: F.regexp_extract("_file_path", TABLE_PATH, i + 1)
-             for i, name in enumerate(("db", "schema_name", "table_name", "file_name"))}
-    return rows.withColumns(parts)
+@dataclass(frozen=True)
+class TableRead:
+    """One table's files as rows (`_shaped`), and the files that did not fit them: rows of the same shape, and
+    the reason."""
+
+    rows: DataFrame
+    misfits: list[tuple[DataFrame, str]]
 
 
-def row_type() -> Column:
-    """An aggregate: the merged type of the rows' JSON objects."""
-    return F.schema_of_variant_agg(parsed_row())
+def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
+               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead | None:
+    """One table's files, read once (None: every one of them was deleted before it was read). `csv_headers`:
+    each CSV file's column names (its header line)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        frames = _csv(spark, files, csv_headers or {}) if file_format == "csv" else _parquet_groups(spark, files)
+    except AnalysisException as exc:
+        present = _present(spark, files) if "PATH_NOT_FOUND" in str(exc) else files  # a look costs a request
+        if len(present) == len(files):
+            raise
+        return read_table(spark, present, file_format, csv_headers) if present else None
+    rows, misfits = frames[0][0], []
+    for frame, group in frames[1:]:
+        try:
+            union = rows.unionByName(frame, allowMissingColumns=True)
+            union.schema  # noqa: B018 - analysed now: a type that does not widen fails here, not in the append
+            rows = union
+        except AnalysisException as exc:
+            names = ", ".join(f.path for f in group[:3]) + (" …" if len(group) > 3 else "")
+            misfits.append((_shaped(frame, group[0]),
+                            f"the columns of {names} do not fit the other files of the table in this batch "
+                            f"({_first_line(exc)}): land them in a batch of their own (reprocess them)"))
+    return TableRead(_shaped(rows, files[0]), misfits)
 
 
-def decode(rows: DataFrame, merged_type: str, timestamp_column: str, queue: str,
-           declared: StructType | None = None) -> DataFrame:
-    """`merged_type` from `row_type`; `declared`, the table's columns for CSV (typed from text)."""
-    from pyspark.sql.types import DecimalType, NullType, StructType, _parse_datatype_string
+def _present(spark: SparkSession, files: list[DmsFile]) -> list[DmsFile]:
+    """The files still there; one deleted before it was read has nothing left to land: skipped, with a warning."""
+    jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    present = []
+    for item in files:
+        path = jvm.org.apache.hadoop.fs.Path(item.path)
+        if path.getFileSystem(conf).exists(path):
+            present.append(item)
+        else:
+            log.warning("dms_files.file_gone", path=item.path, reason="deleted before it was read")
+    return present
 
-    parsed = parsed_row()
-    found = _parse_datatype_string(merged_type.replace("OBJECT<", "STRUCT<"))
-    found = found if isinstance(found, StructType) else StructType()
+
+def _parquet_groups(spark: SparkSession, files: list[DmsFile]) -> list[tuple[DataFrame, list[DmsFile]]]:
+    """The files in one scan when their footers merge (Spark's mergeSchema: a column one file adds is null in
+    the others); else one scan per footer, the most files first."""
+    try:
+        return [(_located(spark, _parquet(spark, files), files), files)]
+    except Exception as exc:  # Spark's merge failure reaches Python as a bare Py4JJavaError
+        if "CANNOT_MERGE" not in str(exc):
+            raise
+    by_footer: dict[str, list[DmsFile]] = {}
+    for item in files:
+        by_footer.setdefault(_parquet(spark, [item]).schema.json(), []).append(item)
+    return [(_located(spark, _parquet(spark, group), group), group)
+            for group in sorted(by_footer.values(), key=lambda g: -len(g))]
+
+
+def _parquet(spark: SparkSession, files: list[DmsFile]) -> DataFrame:
+    return (spark.read.option("mergeSchema", "true").option("ignoreMissingFiles", "true")
+            .parquet(*[_literal(f.path) for f in files]))
+
+
+def _csv(spark: SparkSession, files: list[DmsFile], headers: dict[str, tuple[str, ...]]
+         ) -> list[tuple[DataFrame, list[DmsFile]]]:
+    """One scan per header (all text), the most files first. multiLine: each file is one task's, read in order
+    (and a quoted value may hold a line break)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    by_header: dict[tuple[str, ...], list[DmsFile]] = {}
+    for item in files:
+        by_header.setdefault(headers.get(item.path, ()), []).append(item)
+    frames = []
+    for header, group in sorted(by_header.items(), key=lambda kv: -len(kv[1])):
+        columns = StructType([StructField(name, StringType()) for name in header])
+        frame = (spark.read.schema(columns).option("header", "true").option("multiLine", "true")
+                 .option("ignoreMissingFiles", "true").csv([_literal(f.path) for f in group]))
+        frames.append((_located(spark, frame, group, row_index=False), group))
+    return frames
+
+
+def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_index: bool = True) -> DataFrame:
+    """The files' columns, then `FILE_COLUMNS`; what is the same for a file's rows is looked up by the file,
+    not computed row by row. Without Spark's `row_index` (CSV), a file's rows are numbered as they come: in
+    order, in one task."""
+    from pyspark.sql import Window
+
+    data = frame.columns
+    if row_index:
+        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"),
+                             F.col("_metadata.row_index").alias("_file_row"))
+    else:
+        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"))
+        frame = frame.withColumn("_file_row", (F.row_number().over(Window.partitionBy("_spark_path").orderBy(
+            F.monotonically_increasing_id())) - 1).cast("bigint"))
+    # Spark names a file by its URI (`Order%20Items`): back to the announced path and its event time
+    jvm_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path  # type: ignore[union-attr]
+    announced = F.create_map(*[part for f in files for part in (
+        F.lit(jvm_path(f.path).toUri().toString()),
+        F.struct(F.lit(f.path).alias("path"), F.lit(f.event_time).cast("timestamp").alias("event_time"),
+                 F.lit(f.load).alias("load"), F.lit(f.number).cast("bigint").alias("number")))])
+    where = F.element_at(announced, F.col("_spark_path"))
+    return frame.select(*[_col(name) for name in data], where["path"].alias("_file_path"), "_file_row",
+                        where["event_time"].alias("_file_event_time"), where["load"].alias("_file_load"),
+                        where["number"].alias("_file_number"))
+
+
+def _shaped(rows: DataFrame, table: DmsFile) -> DataFrame:
+    """The files' columns in one struct `_row` (a table may have a column named `offset` or `db`), the row as
+    JSON in `value` (for a dead letter), the file columns and the table's names."""
+    data = F.struct(*[_col(name) for name in rows.columns if name not in FILE_COLUMNS])
+    return rows.select(data.alias("_row"), F.to_json(data).alias("value"), *FILE_COLUMNS,
+                       F.lit(table.db).alias("db"), F.lit(table.schema).alias("schema_name"),
+                       F.lit(table.table).alias("table_name"))
+
+
+def decode(rows: DataFrame, timestamp_column: str, queue: str, declared: StructType | None = None) -> DataFrame:
+    """`rows` from `read_table`; `declared`: the table's columns for CSV (typed from text). The columns are the
+    files' own (a Parquet int stays int): what Spark read, not a JSON rendering of it."""
+    row = F.col("_row")
+    present = rows.schema["_row"].dataType.fieldNames()  # type: ignore[attr-defined]
     skip = {OP_COLUMN, timestamp_column}
     if declared is not None:
-        data = [F.try_variant_get(parsed, _path(f.name), "string").try_cast(f.dataType).alias(f.name)
-                for f in declared if f.name not in skip]
+        data = [(row.getField(f.name).try_cast(f.dataType) if f.name in present else F.lit(None).cast(f.dataType))
+                .alias(f.name) for f in declared if f.name not in skip]
     else:
-        data = [F.try_variant_get(parsed, _path(f.name), "double" if isinstance(f.dataType, DecimalType)
-                                  else f.dataType.simpleString()).alias(f.name)
-                for f in found if f.name not in skip and not isinstance(f.dataType, NullType)]
-    op = F.try_variant_get(parsed, _path(OP_COLUMN), "string")
-    timestamp = F.try_variant_get(parsed, _path(timestamp_column), "string")
-    load = F.col("file_name").startswith("LOAD")
-    operation = F.when(load, F.lit("load")).otherwise(
+        data = [row.getField(name).alias(name) for name in present if name not in skip]
+    op = row.getField(OP_COLUMN).cast("string") if OP_COLUMN in present else F.lit(None).cast("string")
+    timestamp, valid_time = _commit_time(rows, timestamp_column)
+    operation = F.when(F.col("_file_load"), F.lit("load")).otherwise(
         F.coalesce(*[F.when(op == letter, F.lit(name)) for letter, name in OPERATIONS.items()]))
     metadata = F.struct(
         timestamp.alias("timestamp"), F.lit("data").alias("record_type"), operation.alias("operation"),
         F.lit(None).cast("string").alias("partition_key_type"), F.col("schema_name"), F.col("table_name"),
         F.lit(None).cast("bigint").alias("transaction_id"),
-        F.regexp_replace(F.regexp_replace("file_name", r"\.[^.]*$", ""), "[^0-9]", "").cast("bigint")
-        .alias("transaction_record_id"))
+        F.col("_file_number").alias("transaction_record_id"))
     decoded = rows.select(
         "*",
         F.struct(F.struct(*data).alias("data"), metadata.alias("metadata")).alias("v"),
         F.lit(queue).alias("topic"), F.lit(0).alias("partition"), F.col("_file_row").alias("offset"),
         F.col("_file_event_time").alias("timestamp"), F.lit(None).cast("string").alias("schema_id"),
         F.col("_file_path").alias("file"))
-    valid = (parsed.isNotNull() & operation.isNotNull() & F.try_to_timestamp(timestamp).isNotNull())
-    return decoded.withColumn(VALID, F.coalesce(valid, F.lit(False)))
+    return decoded.withColumn(VALID, F.coalesce(operation.isNotNull() & valid_time, F.lit(False)))
 
 
-def _path(name: str) -> str:
-    return f"$['{name}']"
+def _commit_time(rows: DataFrame, name: str) -> tuple[Column, Column]:
+    """The commit time for `metadata.timestamp` (`cdc/normalize.py` takes it with `to_timestamp`), and whether
+    it is one. A Parquet timestamp is passed as it is: formatting it as text to parse it again cost more than
+    the rest of the row."""
+    from pyspark.sql.types import StringType, TimestampNTZType, TimestampType
+
+    fields = {f.name: f.dataType for f in rows.schema["_row"].dataType.fields}  # type: ignore[attr-defined]
+    kind = fields.get(name)
+    if kind is None:
+        return F.lit(None).cast("string"), F.lit(False)
+    value = F.col("_row").getField(name)
+    if isinstance(kind, (TimestampType, TimestampNTZType)):
+        return value, value.isNotNull()
+    text = value if isinstance(kind, StringType) else value.cast("string")
+    return text, F.try_to_timestamp(text).isNotNull()
+
+
+def _literal(path: str) -> str:
+    """A path Spark reads as itself: its glob characters escaped (a DMS table may be named `a[1]`)."""
+    return GLOB.sub(r"\\\1", path)
+
+
+def _col(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:300]

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import io
 import uuid
+from datetime import datetime
 from pathlib import Path
 
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from pipeline.sources.s3sqs.files import FILE_ROWS_SCHEMA
 from pipeline.stages.changelog import ChangelogStage
+from pipeline.stages.changelog.landing import Landing
+from pipeline.stages.changelog.report import BatchReport
+from pipeline.stages.changelog.transports.s3sqs import S3SqsTransport
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorStage
 from pipeline.ops.verify import verify_lake
@@ -16,6 +25,7 @@ from simulators.simulation import Simulation, SimulationOptions
 from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
 from tables.lake import lake_table
+from tables.names import lake_table_name
 
 pytestmark = pytest.mark.integration
 
@@ -58,3 +68,106 @@ def test_dms_files_land_once_and_the_mirror_equals_the_truth(file_format: str, s
     MirrorStage(cfg, spark).run_once()
     verdicts = verify_lake(cfg, spark, truth, tables)
     assert all(v.mismatches == 0 and v.rows > 0 for v in verdicts), "\n".join(l for v in verdicts for l in v.lines())
+
+
+# -- one batch of odd files, landed by the transport itself -----------------------------------------------------
+
+def _parquet(**columns: pa.Array) -> bytes:
+    out = io.BytesIO()
+    pq.write_table(pa.table(columns), out)
+    return out.getvalue()
+
+
+def _dms(ops: list[str], second: int, **columns: pa.Array) -> bytes:
+    times = pa.array([datetime(2026, 1, 1, 0, 0, second + i) for i in range(len(ops))], pa.timestamp("us"))
+    return _parquet(Op=pa.array(ops), dms_commit_ts=times, **columns)
+
+
+def test_a_batch_lands_each_table_once_whatever_its_files_hold(stack, spark, cfg: PipelineConfig) -> None:
+    """Files of one table with an added column, a wider id and a malformed row; a file whose id does not fit; a
+    file gone; a table named with a space and brackets; a file outside DMS's layout. Landed twice as one batch
+    (a replay)."""
+    bucket = f"dmsone{uuid.uuid4().hex[:6]}"
+    cfg = cfg.model_copy(update={"dms_files": cfg.dms_files.model_copy(update={
+        "bucket": bucket, "queue": bucket, "queue_url": "http://unused"})})
+    s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
+    s3.create_bucket(Bucket=bucket)
+    table, odd = f"s3://{bucket}/{bucket}/public/t", f"s3://{bucket}/{bucket}/public/Order [x]"
+    files = {
+        f"{table}/20260101-000000001.parquet": _dms(["I", "I"], 0, id=pa.array([1, 2], pa.int32()),
+                                                    name=pa.array(["a", "b"])),
+        f"{table}/20260101-000000002.parquet": _dms(["U", "X"], 2, id=pa.array([1, 9], pa.int32()),
+                                                    name=pa.array(["a2", "z"]), extra=pa.array(["x", None])),
+        f"{table}/20260101-000000003.parquet": _dms(["D"], 4, id=pa.array([2], pa.int64()),
+                                                    name=pa.array(["b"])),
+        f"{table}/20260101-000000004.parquet": _dms(["I"], 5, id=pa.array([{"n": 7}]), name=pa.array(["s"])),
+        f"{odd}/LOAD00000001.parquet": _dms(["I"], 0, id=pa.array([5], pa.int32())),
+        f"s3://{bucket}/stray.parquet": _dms(["I"], 0, id=pa.array([6], pa.int32())),
+    }
+    for path, body in files.items():
+        s3.put_object(Bucket=bucket, Key=path.split("/", 3)[3], Body=body)
+    gone = f"{table}/20260101-000000009.parquet"  # announced, then deleted before it was read: skipped
+    batch = spark.createDataFrame([(path, len(body), datetime(2026, 1, 2)) for path, body in files.items()]
+                                  + [(gone, 1, datetime(2026, 1, 2))], FILE_ROWS_SCHEMA)
+    landing, transport = Landing(cfg, spark), S3SqsTransport(cfg)
+    landing.prepare()
+
+    first, replay = BatchReport(7, writer=bucket), BatchReport(7, writer=bucket)  # a writer id of its own
+    transport.land(landing, batch, first)
+    transport.land(landing, batch, replay)
+
+    name, odd_name = lake_table_name(bucket, "t"), lake_table_name(bucket, "Order [x]")
+    changes = lake_table(cfg, spark, cfg.changelog.namespace, name).read()
+    assert dict(changes.dtypes)["id"] == "bigint" and "extra" in changes.columns  # widened; no column lost
+    landed = {(r["_op"], r["id"], r["name"], r["extra"], r["_transport"]["file"], r["_transport"]["offset"])
+              for r in changes.collect()}
+    assert landed == {("c", 1, "a", None, f"{table}/20260101-000000001.parquet", 0),
+                      ("c", 2, "b", None, f"{table}/20260101-000000001.parquet", 1),
+                      ("u", 1, "a2", "x", f"{table}/20260101-000000002.parquet", 0),
+                      ("d", 2, "b", None, f"{table}/20260101-000000003.parquet", 0)}
+    odd_rows = lake_table(cfg, spark, cfg.changelog.namespace, odd_name).read().collect()
+    assert [(r["_op"], r["id"], r["_transport"]["file"]) for r in odd_rows] == \
+        [("r", 5, f"{odd}/LOAD00000001.parquet")]
+
+    assert first.dead_by_topic == {f"{bucket}.public.t": {"MalformedDmsRow": 1, "IncompatibleDmsFile": 1},
+                                   "..": {"UnroutableFile": 1}} and first.dead_letters == 3
+    letters = spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{cfg.changelog.dead_letter_table}")
+    found = {(r["topic"], r["error_class"], r["offset"], r["error_message"].rsplit("(", 1)[-1])
+             for r in letters.where(letters.error_message.contains(f"s3://{bucket}/")).collect()}
+    assert found == {
+        (f"{bucket}.public.t", "MalformedDmsRow", 1, f"{table}/20260101-000000002.parquet row 1)"),
+        (f"{bucket}.public.t", "IncompatibleDmsFile", 0, f"{table}/20260101-000000004.parquet row 0)"),
+        ("..", "UnroutableFile", 0, f"s3://{bucket}/stray.parquet row 0)")}
+    assert first.rows_in == replay.rows_in == 8
+    assert first.records[f"{bucket}.public.t"] == 6
+    assert replay.tables == {} and replay.dead_letters_skipped  # nothing twice
+    assert {table.rsplit(".", 1)[-1] for table in replay.skipped} == {name, odd_name, cfg.changelog.dead_letter_table}
+
+
+def test_csv_files_of_two_headers_land_with_their_rows_numbered(stack, spark, cfg: PipelineConfig) -> None:
+    """A CSV file with a line break in a quoted value, and one whose header adds a column: one table, rows in
+    file order, no column lost."""
+    bucket = f"dmscsv{uuid.uuid4().hex[:6]}"
+    cfg = cfg.model_copy(update={"dms_files": cfg.dms_files.model_copy(update={
+        "bucket": bucket, "queue": bucket, "queue_url": "http://unused", "file_format": "csv"})})
+    s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
+    s3.create_bucket(Bucket=bucket)
+    table = f"s3://{bucket}/{bucket}/public/c"
+    files = {f"{table}/20260101-000000001.csv": 'Op,dms_commit_ts,id,name\nI,2026-01-01 00:00:01,1,"a\nb"\n'
+                                                'I,2026-01-01 00:00:01,2,\n',
+             f"{table}/20260101-000000002.csv": "Op,dms_commit_ts,id,name,extra\nU,2026-01-01 00:00:02,1,a2,x\n"}
+    for path, body in files.items():
+        s3.put_object(Bucket=bucket, Key=path.split("/", 3)[3], Body=body.encode())
+    batch = spark.createDataFrame([(path, len(body), datetime(2026, 1, 2)) for path, body in files.items()],
+                                  FILE_ROWS_SCHEMA)
+    landing = Landing(cfg, spark)
+    landing.prepare()
+    report = BatchReport(3, writer=bucket)
+    S3SqsTransport(cfg).land(landing, batch, report)
+
+    rows = lake_table(cfg, spark, cfg.changelog.namespace, lake_table_name(bucket, "c")).read().collect()
+    assert {(r["_op"], r["id"], r["name"], r["extra"], r["_transport"]["file"], r["_transport"]["offset"])
+            for r in rows} == {("c", "1", "a\nb", None, f"{table}/20260101-000000001.csv", 0),
+                               ("c", "2", None, None, f"{table}/20260101-000000001.csv", 1),
+                               ("u", "1", "a2", "x", f"{table}/20260101-000000002.csv", 0)}
+    assert report.rows_in == 3 and report.dead_by_topic == {}

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 METADATA_COLUMNS = {"_file_path": "string", "_file_row": "bigint", "_file_event_time": "timestamp"}
 VALUE_COLUMN = "value"
+FILE_ROWS_SCHEMA = "_file_path string, _file_size bigint, _file_event_time timestamp"  # rowFormat=files
 
 
 class FileSlice(InputPartition):
@@ -58,8 +59,11 @@ PREFETCH = 8  # GETs in flight per task: small files cost a round trip each, not
 def read_files(options: S3SqsOptions, schema: StructType, files: list[S3File]) -> Iterator[pa.RecordBatch]:
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    client = _s3_client(options)
     target = to_arrow_schema(schema)
+    if options.row_format == "files":
+        yield listing(files, target)
+        return
+    client = _s3_client(options)
     for item, body in _fetch(client, files):
         if body is None:
             log.warning("s3sqs.file_gone", path=item.path, reason="deleted before it was read")
@@ -67,6 +71,17 @@ def read_files(options: S3SqsOptions, schema: StructType, files: list[S3File]) -
         table = _parse(options, body, target)
         if table.num_rows:
             yield _conform(options, table, target, item)
+
+
+def listing(files: list[S3File], target: pa.Schema) -> pa.RecordBatch:
+    """rowFormat=files: the files themselves, one row each (path, size, event time), none of them fetched."""
+    import pyarrow as pa
+
+    values = {"_file_path": [f.path for f in files], "_file_size": [f.size for f in files],
+              "_file_event_time": [f.event_time_ms * 1000 for f in files]}
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values[f.name], pa.int64() if f.name == "_file_event_time" else f.type).cast(f.type)
+         if f.name in values else pa.nulls(len(files), f.type) for f in target], schema=target)
 
 
 _CLIENTS: dict[tuple[tuple[str, str], ...], Any] = {}
@@ -143,6 +158,28 @@ def _parse(options: S3SqsOptions, body: bytes, target: pa.Schema) -> pa.Table:
     import fastavro
 
     return pa.Table.from_pylist(list(fastavro.reader(io.BytesIO(body))))
+
+
+HEADER_BYTES = 1 << 16  # a CSV header line fits (DMS tables have at most a few thousand columns' names)
+
+
+def csv_headers(options: S3SqsOptions, paths: list[str]) -> dict[str, tuple[str, ...]]:
+    """Each CSV file's column names, from its first line (one ranged GET per file, PREFETCH in flight): a
+    reader that reads the files itself learns their row types before it reads them. A file gone: no names."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = _s3_client(options)
+
+    def header(path: str) -> tuple[str, ...]:
+        bucket, key = path[len("s3://"):].split("/", 1)
+        try:
+            body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{HEADER_BYTES - 1}")["Body"].read()
+        except client.exceptions.NoSuchKey:
+            return ()
+        return tuple(_header(body, options.delimiter))
+
+    with ThreadPoolExecutor(PREFETCH, thread_name_prefix="s3-sqs-header") as pool:
+        return dict(zip(paths, pool.map(header, paths)))
 
 
 def _header(body: bytes, delimiter: str) -> list[str]:

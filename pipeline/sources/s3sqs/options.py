@@ -13,7 +13,7 @@ from typing import Mapping
 
 PREFIX = "spark.s3conn."
 FILE_FORMATS = ("csv", "json", "parquet", "avro")
-ROW_FORMATS = ("columns", "json")
+ROW_FORMATS = ("columns", "json", "files")
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -44,7 +44,8 @@ class S3SqsOptions:
     endpoint_url: str | None = None  # S3-compatible stores and local AWS (moto); None: AWS
     aws_access_key_id: str | None = None  # None: boto3's default credential chain
     aws_secret_access_key: str | None = None
-    row_format: str = "columns"  # json: each row one JSON object in `value`, for folders of mixed tables
+    row_format: str = "columns"  # json: each row one JSON object in `value`, for folders of mixed tables;
+    # files: one row per announced file (FILE_ROWS_SCHEMA), none read, for a reader that reads them itself
     header: bool = False  # csv: the first line names the columns
     delimiter: str = ","
 
@@ -180,5 +181,5 @@ def _check_together(options: S3SqsOptions) -> None:
         raise S3SqsOptionError("option reprocessStartBatchId must not be greater than reprocessEndBatchId")
     if options.row_format == "json" and options.file_format == "csv" and not options.header:
         raise S3SqsOptionError("rowFormat=json names each value by its column: CSV files need header=true")
-    if options.row_format == "json" and options.partition_columns:
+    if options.row_format != "columns" and options.partition_columns:
         raise S3SqsOptionError("option partitionColumns needs rowFormat=columns")

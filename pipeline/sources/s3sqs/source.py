@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from pipeline.sources.s3sqs.files import METADATA_COLUMNS, VALUE_COLUMN
+from pipeline.sources.s3sqs.files import FILE_ROWS_SCHEMA, METADATA_COLUMNS, VALUE_COLUMN
 from pipeline.sources.s3sqs.options import S3SqsOptionError, parse_options
 from pipeline.sources.s3sqs.reader import S3SqsStreamReader
 
@@ -18,11 +18,13 @@ class S3SqsDataSource(DataSource):
         return "s3-sqs"
 
     def schema(self) -> str:
-        """Called only when the query gave no schema: that is fine for rowFormat=json alone."""
-        if parse_options(self.options).row_format == "json":
-            return JSON_ROWS_SCHEMA
+        """Called only when the query gave no schema: that is fine for rowFormat=json or files alone."""
+        row_format = parse_options(self.options).row_format
+        if row_format != "columns":
+            return JSON_ROWS_SCHEMA if row_format == "json" else FILE_ROWS_SCHEMA
         raise S3SqsOptionError("the s3-sqs source needs the files' schema: spark.readStream.format('s3-sqs')"
-                               ".schema('id int, name string')…, or rowFormat=json for one JSON string per row")
+                               ".schema('id int, name string')…, or rowFormat=json for one JSON string per row, or "
+                               "rowFormat=files for one row per file")
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         options = parse_options(self.options)

@@ -1,31 +1,38 @@
 """S3-SQS: AWS DMS's S3 target files (CSV or Parquet), announced by S3 event notifications on an SQS queue.
 
-The `s3-sqs` source (`pipeline/sources/s3sqs`) hands over each file row as JSON with its file and position;
-`cdc/dms_files.py` decodes them into the DMS shape and `cdc/normalize.py` into the canonical change record, so
-`mirror` and `verify` work unchanged. The source replays a crashed batch's exact file list, so with the stage's
-idempotent appends every file lands once. A run until caught up stops once the queue is drained (the source's
+One pass: the `s3-sqs` source (`pipeline/sources/s3sqs`, `rowFormat=files`) hands over each batch's file list and
+reads no file; the list names each file's table (DMS's folder layout), so each table's files are read once, by
+Spark's own Parquet or CSV reader over the files alone (`cdc/dms_files.py`: row types from the footers or
+headers, file and row from Spark's `_metadata`), decoded into the DMS shape and by `cdc/normalize.py` into the
+canonical change record as they are read, and appended; nothing is cached or scanned to plan. `mirror` and
+`verify` work unchanged. The source replays a crashed batch's exact file list, so with the stage's idempotent
+appends every file lands once. A run until caught up stops once the queue is drained (the source's
 status file says so), not after one batch as Spark's available-now would.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from cdc import dms_files
+from cdc.dms_files import DmsFile
 from cdc.decode import VALID
 from cdc.normalize import normalize
 from pipeline.stages.changelog.errors import StageError
 from pipeline.stages.changelog.transports import Outage
 from pipeline.config.settings import PipelineConfig
 from pipeline.sources import register
+from pipeline.sources.s3sqs.files import csv_headers
+from pipeline.sources.s3sqs.options import S3SqsOptions, parse_options
 from pipeline.sources.s3sqs.status import clear_status, read_status
 from tables.names import UnmappableName, lake_table_name
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from pipeline.stages.changelog.landing import Landing
@@ -38,7 +45,7 @@ def source_options(cfg: PipelineConfig, queue_url: str) -> dict[str, str]:
     """The `s3-sqs` source's options from `dms_files.*` (and `dms_files.options` verbatim, last)."""
     settings = cfg.dms_files
     options = {
-        "fileFormat": settings.file_format, "rowFormat": "json", "header": "true",
+        "fileFormat": settings.file_format, "rowFormat": "files", "header": "true",
         "queueUrl": queue_url, "queueRegion": cfg.aws.region,
         "checkpointLocation": str(cfg.changelog.checkpoint),
         "maxFilesPerTrigger": str(settings.max_files_per_trigger), "maxFileAge": settings.max_file_age,
@@ -97,52 +104,71 @@ class S3SqsTransport:
         return status is not None and status.drained
 
     def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:
-        """Plan (rows and merged row type per table), then decode and append each table; dead letters last."""
-        from pyspark.sql import functions as F
-
-        rows = dms_files.with_table(batch).persist()
-        try:
-            plans = (rows.groupBy("db", "schema_name", "table_name")
-                     .agg(F.count(F.lit(1)).alias("rows"), dms_files.row_type().alias("row_type")).collect())
-            report.rows_in = sum(plan["rows"] for plan in plans)
-            report.records = {".".join((plan["db"], plan["schema_name"], plan["table_name"])): plan["rows"]
-                              for plan in plans}
-            dead = [_dead(rows.where(F.col("table_name") == ""), "UnroutableFile",
-                          "not in DMS's <folder>/<schema>/<table>/<file> layout")] \
-                if any(plan["table_name"] == "" for plan in plans) else []
-            for plan in sorted(plans, key=lambda p: (p["db"], p["table_name"])):
-                if plan["table_name"]:
-                    dead += self._table(landing, rows, plan, report)
-            landing.append_dead_letters(dead, report)
-        finally:
-            rows.unpersist()
+        """The batch lists its files (the source reads none of them); each table's files are read once, by
+        Spark's own reader, decoded and appended as they are read; dead letters last."""
+        files = [DmsFile.of(row["_file_path"], row["_file_event_time"]) for row in batch.collect()]
+        tables: dict[tuple[str, str, str], list[DmsFile]] = {}
+        for item in files:
+            tables.setdefault((item.db, item.schema, item.table), []).append(item)
+        headers = csv_headers(self._options, [f.path for f in files]) if self.cfg.dms_files.file_format == "csv" \
+            else None
+        dead: list[DataFrame] = []
+        for key in sorted(tables):
+            dead += self._table(landing, tables[key], headers, report)
+        landing.append_dead_letters(dead, report)
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         raise StageError("dead letters from DMS files are replayed by the s3-sqs source itself: fix the files, "
                          "then re-deliver them (dms_files.options: reprocessStartBatchId / reprocessEndBatchId)")
 
-    def _table(self, landing: Landing, rows: DataFrame, plan: Row, report: BatchReport) -> list[DataFrame]:
+    @functools.cached_property
+    def _options(self) -> S3SqsOptions:
+        """The source's options as it parses them (endpoint, credentials, CSV delimiter)."""
+        return parse_options(source_options(self.cfg, self.queue_url))
+
+    def _table(self, landing: Landing, files: list[DmsFile], headers: dict[str, tuple[str, ...]] | None,
+               report: BatchReport) -> list[DataFrame]:
+        """One table's files: read once, decoded, appended; returns their dead letters."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
         from pyspark.sql.types import _parse_datatype_string
 
-        settings, db, table = self.cfg.dms_files, plan["db"], plan["table_name"]
-        part = rows.where((F.col("db") == db) & (F.col("schema_name") == plan["schema_name"])
-                          & (F.col("table_name") == table))
-        try:
-            name = lake_table_name(db, table)
-        except UnmappableName as exc:
-            return [_dead(part, exc.error_class, str(exc))]
+        settings, first = self.cfg.dms_files, files[0]
+        read = dms_files.read_table(landing.spark, files, settings.file_format, headers)
+        if read is None:
+            return []
+        refused = [(rows, "IncompatibleDmsFile", reason) for rows, reason in read.misfits]
+        name = None
+        if not first.table:
+            refused.append((read.rows, "UnroutableFile", "not in DMS's <folder>/<schema>/<table>/<file> layout"))
+        else:
+            try:
+                name = lake_table_name(first.db, first.table)
+            except UnmappableName as exc:
+                refused.append((read.rows, exc.error_class, str(exc)))
+        dead = [_dead(rows, error_class, reason) for rows, error_class, reason in refused]
+        if refused:  # rows that cannot land: counted (for the dead-letter bound), then read as dead letters
+            _count(report, first.topic, sum(rows.count() for rows, _, _ in refused))
+        if name is None:
+            return dead
         ddl = settings.csv_schemas.get(name) if settings.file_format == "csv" else None
-        decoded = dms_files.decode(part, plan["row_type"] or "STRUCT<>", settings.timestamp_column,
-                                   settings.queue, _parse_datatype_string(ddl) if ddl else None)
-        seen = Observation(f"invalid {db}.{table} {report.batch_id}")
-        valid = decoded.observe(seen, F.count_if(~F.col(VALID)).alias("n")).where(VALID)
-        done = landing.append(normalize(valid, f"dms-{settings.file_format}", db), name, report)
-        if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
-            return [_dead(decoded.where(~F.col(VALID)), "MalformedDmsRow",
-                          f"not a DMS row: needs Op I/U/D and a {settings.timestamp_column} time")]
-        return []
+        decoded = dms_files.decode(read.rows, settings.timestamp_column, settings.queue,
+                                   _parse_datatype_string(ddl) if ddl else None)
+        counts = (F.count(F.lit(1)).alias("rows"), F.count_if(~F.col(VALID)).alias("invalid"))
+        seen = Observation(f"rows {first.topic} {report.batch_id}")
+        valid = decoded.drop("value").observe(seen, *counts).where(VALID)  # the row's JSON: for dead letters only
+        done = landing.append(normalize(valid, f"dms-{settings.file_format}", first.db), name, report)
+        observed = decoded.agg(*counts).first() if done.skipped else seen.get  # a replay observed nothing
+        _count(report, first.topic, observed["rows"])
+        if observed["invalid"]:
+            dead.append(_dead(decoded.where(~F.col(VALID)), "MalformedDmsRow",
+                              f"not a DMS row: needs Op I/U/D and a {settings.timestamp_column} time"))
+        return dead
+
+
+def _count(report: BatchReport, topic: str, rows: int) -> None:
+    report.rows_in += rows
+    report.records[topic] = report.records.get(topic, 0) + rows
 
 
 def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
