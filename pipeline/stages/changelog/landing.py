@@ -139,8 +139,9 @@ class Landing:
         cases = [(F.col("topic") == topic, decode.fits(shape, row_type)) for topic, row_type in row_types.items()]
         fitting = (functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0])) if cases
                    else F.lit(False))
-        raw = (self._classified(batch, registry_frames=False)
-               .withColumn(FITS, (F.col("kind") == Kind.JSON.value) & F.coalesce(fitting, F.lit(False))).persist())
+        cached = self._classified(batch, registry_frames=False).persist()
+        # which rows fit is worked out above the cache, which keeps the batch as the planned way caches it
+        raw = cached.withColumn(FITS, (F.col("kind") == Kind.JSON.value) & F.coalesce(fitting, F.lit(False)))
         try:
             if not row_types:
                 plans = self._plan(raw)
@@ -178,7 +179,7 @@ class Landing:
             self.append_dead_letters(dead, report)
             return Learned(landed, plans)
         finally:
-            raw.unpersist()
+            cached.unpersist()
 
     def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:
         """The rows with their writer schema id, whether the body is compressed, their kind (`cdc.framing`) and,
