@@ -392,3 +392,83 @@ def test_a_batch_is_parsed_once_and_planned_and_decoded_from_that_parse(aws, spa
         assert "parseJson" in cache and "parseJson" not in above
     finally:
         cached.unpersist()
+
+
+def _dms(table: str, data: dict, n: int) -> dict:
+    """A DMS JSON insert into `shop.<table>`, keyed as DMS keys it, for `put_records`."""
+    import json
+
+    return {"PartitionKey": f"shop.{table}.{n}", "Data": json.dumps({"data": data, "metadata": {
+        "timestamp": "2024-01-02T03:04:05.000000Z", "record-type": "data", "operation": "insert",
+        "partition-key-type": "primary-key", "schema-name": "shop", "table-name": table, "transaction-id": n,
+        "transaction-record-id": n}}).encode()}
+
+
+def _stage_cfg(aws: PipelineConfig, stream: str, checkpoint: Path) -> PipelineConfig:
+    return aws.model_copy(update={
+        "changelog": aws.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(checkpoint),
+                                                      "max_restarts": 0}),
+        "kinesis": aws.kinesis.model_copy(update={"streams": [stream], "fetch_interval_ms": 0})})
+
+
+def test_learned_row_types_land_as_read_and_a_new_shape_after_them_each_record_once(aws, spark, tmp_path) -> None:
+    """A batch whose tables earlier batches learned is decoded and appended as it is read; a record those row
+    types do not cover exactly (a new key, a new table) is landed after them, the
+    planned way, under a writer id of its own. A failure between the two appends replays the batch, split as
+    its first attempt split it: every record lands once."""
+    from pyspark.errors import StreamingQueryException
+
+    from pipeline.stages.changelog.landing import Landing
+    from pipeline.stages.changelog.transports.kinesis import RowTypes
+
+    client = _client(aws)
+    stream = _stream(client, shards=2)
+    checkpoint = tmp_path / "checkpoint"
+    cfg = _stage_cfg(aws, stream, checkpoint)
+    client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(20)])
+    ChangelogStage(cfg, spark).run(until_caught_up=True)  # nothing learned yet: planned, and learned
+    known = [_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(20, 30)]
+    shapes = [_dms("items", {"id": 30, "name": "n30", "color": "red"}, 30),  # a new key
+              *(_dms("tags", {"tag": f"t{i}"}, i) for i in range(5))]  # a new table
+    client.put_records(StreamName=stream, Records=known + shapes)
+
+    planned, failed = Landing._planned, []
+
+    def fail_before_the_rest(landing, rows, report, plans=None):
+        if report.writer.endswith("+rest") and not failed:
+            failed.append(report.batch_id)
+            raise RuntimeError("killed between the appends")
+        return planned(landing, rows, report, plans)
+
+    with mock.patch.object(Landing, "_planned", fail_before_the_rest), pytest.raises(StreamingQueryException):
+        ChangelogStage(cfg, spark).run(until_caught_up=True)
+    ChangelogStage(cfg, spark).run(until_caught_up=True)  # a new stage replays the batch
+
+    table = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
+    items = spark.table(f"{table}.{stream}_items")
+    rows = {row["id"]: row for row in items.select("id", "name", "color", "_transport.sequence").collect()}
+    assert len(rows) == items.count() == 31  # each record once
+    assert rows[30]["color"] == "red" and rows[29]["name"] == "n29" and rows[29]["color"] is None
+    assert sorted(row["tag"] for row in spark.table(f"{table}.{stream}_tags").collect()) == [f"t{i}" for i in range(5)]
+    commits = {row["commit"] for row in spark.sql(f"SELECT summary['pipeline.commit'] AS commit "
+                                                 f"FROM {table}.{stream}_items.snapshots").collect()}
+    writer = ChangelogStage(cfg, spark)._query_id()
+    assert {f"{writer}:0", f"{writer}:{failed[0]}", f"{writer}+rest:{failed[0]}"} <= commits
+    assert len(commits) == 3  # the replay appended nothing twice
+    learned = RowTypes(str(checkpoint)).of(spark, failed[0] + 1)
+    assert learned[f"{stream}.shop.items"] == "OBJECT<color: STRING, id: BIGINT, name: STRING>"
+    assert learned[f"{stream}.shop.tags"] == "OBJECT<tag: STRING>"
+
+
+def test_a_value_the_learned_type_would_cast_does_not_fit_it(spark) -> None:
+    """Spark prints each record's `data` type as the learned types' patterns expect (tests/unit/
+    test_dms_row_types.py): `try_variant_get` would land 1.5 as 1 and "12" as 12 in a BIGINT, so neither fits."""
+    from pyspark.sql import functions as F
+
+    from cdc import decode
+
+    values = ['{"data": {"id": 1.5}}', '{"data": {"id": "12"}}', '{"data": {"id": true}}', '{"data": {"id": 7, "n": null}}',
+              '{"data": {"id": 7, "x": 1}}', '{"data": 3}', '{"metadata": {}}', 'not json']
+    shapes = spark.createDataFrame([(v,) for v in values], "v string").select(
+        decode.fits(decode.row_shape(decode.parsed_json(F.col("v"))), "OBJECT<id: BIGINT, n: STRING>").alias("fits"))
+    assert [row["fits"] for row in shapes.collect()] == [False, False, False, True, False, False, False, False]

@@ -15,8 +15,12 @@ Two ways to land a topic's rows:
   version of the topic's subject, asked of the registry; what that does not cover is counted on the way and
   only then read again. This is how Kafka batches land.
 - planned (`land`): one job reads and caches the rows to find their topics, kinds and schema ids, then each
-  topic is decoded from the cache. This is how rows of many tables in one stream land (Kinesis), and dead
-  letters replayed.
+  topic is decoded from the cache. This is how dead letters replayed land, and a Kinesis batch of tables whose
+  row types are not known yet.
+- learned (`land_learned`): DMS JSON rows of many tables in one stream (Kinesis), of tables whose row types
+  earlier batches found: each table's rows are decoded and appended as they are read (the first table's job
+  reads the batch, the next ones its cache); what those types do not cover exactly is counted on the way and
+  then landed the planned way.
 
 Every append is idempotent per (writer id, batch id) (`tables/append.py`), so a batch replayed after a crash
 skips the tables it already wrote.
@@ -46,6 +50,7 @@ from tables.names import UnmappableName, lake_table_name
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+FITS = "_fits"  # a row that `land_learned` lands with its topic's learned row type
 CARRIED = ("headers",)  # Kafka headers (registry ids may travel there): kept with a dead letter, for its replay
 
 
@@ -73,6 +78,14 @@ class TopicPlan:
             self.json_rows, self.row_type = rows, row_type
         else:
             self.framed[str(schema_id)] = rows
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What `land_learned` saw: rows landed with their topic's learned row type, and the plan of the rest."""
+
+    landed: dict[str, int]
+    rest: dict[str, TopicPlan]
 
 
 class Landing:
@@ -128,6 +141,63 @@ class Landing:
             report.merge(part)
             dead += letters
         self.append_dead_letters(dead, report)
+
+    def land_learned(self, batch: DataFrame, row_types: dict[str, str], report: BatchReport) -> Learned:
+        """Land DMS JSON rows (no registry frames) of topics whose row types are known before they are read
+        (`row_types`, topic -> a `decode.learnable` type, in the order to land them), each topic in one job that
+        decodes and appends; the first of those jobs is the one that reads the batch (persisted as it goes,
+        for the next topics). What they do not cover exactly (`decode.fits`: another topic, a new key, another
+        type; not DMS JSON) is counted on the way and, only when there is some, landed the planned way under a
+        writer id of its own, so that a replay given the same `row_types` skips or lands each part once. With
+        no row types the batch lands the planned way under the batch's own writer id. Dead letters last."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        shape = decode.row_shape(F.col(decode.PARSED))
+        cases = [(F.col("topic") == topic, decode.fits(shape, row_type)) for topic, row_type in row_types.items()]
+        fitting = (functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0])) if cases
+                   else F.lit(False))
+        cached = self._classified(batch, registry_frames=False).persist()
+        # which rows fit is worked out above the cache, which keeps the batch as the planned way caches it
+        raw = cached.withColumn(FITS, (F.col("kind") == Kind.JSON.value) & F.coalesce(fitting, F.lit(False)))
+        try:
+            if not row_types:
+                plans = self._plan(raw)
+                self.append_dead_letters(self._planned(raw, report, plans), report)
+                return Learned({}, plans)
+            topics = list(row_types)
+            counts = (F.count(F.lit(1)).alias("rows"), F.count_if(~F.col(FITS)).alias("rest"),
+                      *(F.count_if(F.col(FITS) & (F.col("topic") == t)).alias(f"t{i}") for i, t in enumerate(topics)))
+            seen = Observation(f"learned {report.batch_id}")
+            dead, done = self._topic(raw.observe(seen, *counts).where(F.col(FITS) & (F.col("topic") == topics[0])),
+                                     TopicPlan(topics[0], json_rows=1, row_type=row_types[topics[0]]),
+                                     report.batch_id, report)
+            observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
+            landed = {t: observed[f"t{i}"] for i, t in enumerate(topics)}
+            for topic in topics[1:]:
+                if landed[topic]:
+                    dead += self._topic(raw.where(F.col(FITS) & (F.col("topic") == topic)),
+                                        TopicPlan(topic, json_rows=1, row_type=row_types[topic]), report.batch_id,
+                                        report)[0]
+            report.rows_in += observed["rows"]
+            for topic, rows in landed.items():
+                report.records[topic] = report.records.get(topic, 0) + rows
+            plans: dict[str, TopicPlan] = {}
+            if observed["rest"]:
+                rest, rows = BatchReport(report.batch_id, writer=f"{report.writer}+rest"), raw.where(~F.col(FITS))
+                plans = self._plan(rows)
+                dead += self._planned(rows, rest, plans)
+                report.planned += sorted(plans)
+                report.tombstones += rest.tombstones
+                for topic, n in rest.records.items():
+                    report.records[topic] = report.records.get(topic, 0) + n
+                for table, n in rest.tables.items():
+                    report.tables[table] = report.tables.get(table, 0) + n
+                report.skipped += rest.skipped
+            self.append_dead_letters(dead, report)
+            return Learned(landed, plans)
+        finally:
+            cached.unpersist()
 
     def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:
         """The rows with their writer schema id, whether the body is compressed, their kind (`cdc.framing`) and,
@@ -201,13 +271,14 @@ class Landing:
             report.skipped += rest.skipped
         return dead
 
-    def _planned(self, raw: DataFrame, report: BatchReport) -> list[DataFrame]:
+    def _planned(self, raw: DataFrame, report: BatchReport, plans: dict[str, TopicPlan] | None = None
+                 ) -> list[DataFrame]:
         """One job plans the (`_classified`, cached) rows: rows per topic, kind and schema id, and DMS JSON row
-        types; then each topic's rows are decoded and appended. Returns the dead letters, gathered from what the
-        plan and the appends' observed counts say is there."""
+        types (unless given their `plans`); then each topic's rows are decoded and appended. Returns the dead
+        letters, gathered from what the plan and the appends' observed counts say is there."""
         from pyspark.sql import functions as F
 
-        plans = self._plan(raw)
+        plans = self._plan(raw) if plans is None else plans
         batch_rows = self._per_topic_tasks(raw, len(plans))
         report.rows_in += sum(plan.rows for plan in plans.values())
         report.tombstones += sum(plan.tombstones for plan in plans.values())

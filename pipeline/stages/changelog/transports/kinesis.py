@@ -8,13 +8,20 @@ table's dead letters); the Kafka-like topic is `<stream>.<schema>.<table>`. The 
 partition; the offset is `batch id << 32 | position in the shard's batch`, ascending with the shard's sequence
 numbers and the same when a batch is replayed: the source reads each shard into an input partition of its own,
 in sequence order, and a replay reads the same records, so the position is the row's place in its partition
-(no shuffle to number them). The sequence number itself rides along in `sequence` (into `_transport`). `aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until
-caught up runs back-to-back batches and stops once a trigger finds nothing new.
+(no shuffle to number them). The sequence number itself rides along in `sequence` (into `_transport`).
+`aws-kinesis` is a Python source, which has no available-now trigger in Spark 4.1: a run until caught up runs
+back-to-back batches and stops once a trigger finds nothing new.
+
+A stream's tables keep their row types from batch to batch, so a batch is landed with the types earlier batches
+found (`Landing.land_learned`): the job that reads the shards decodes and appends the first table as it reads,
+and only what those types do not cover is planned afterwards. Which types a batch lands with is recorded in the
+checkpoint before it lands (`RowTypes`), so that a replay splits its records exactly as the first attempt did.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +31,14 @@ from pipeline.stages.changelog.transports import Outage
 from pipeline.config.settings import AwsSettings, PipelineConfig
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
 from pipeline.sources.kinesis.options import ClientOptions
+from pipeline.runtime.hadoop_files import read_text, write_text
+from tables.names import UnmappableName, lake_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from pipeline.stages.changelog.landing import Landing
+    from pipeline.stages.changelog.landing import Landing, Learned
     from pipeline.stages.changelog.report import BatchReport
 
 SEQUENCE = "sequence"
@@ -121,11 +130,60 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
+class RowTypes:
+    """The DMS row types a batch lands with (topic -> type, the topic seen most in the batch before first),
+    recorded in the checkpoint through Hadoop's file system (`<checkpoint>/kinesis-row-types/<batch id % 2>`).
+
+    A batch replayed after a crash must split its records as its first attempt did: the appends of what lands
+    with the learned types and of the rest are each idempotent per (writer id, batch id), so a different split
+    would land a record twice, or never. Batch N's record is written once batch N-1 has landed (before Spark
+    commits N-1), and every attempt of N reads it; its slot is next written once N+1 has landed, after Spark
+    committed N, which is then never replayed. A batch with no record (a new checkpoint, or one from before
+    the stage learned row types) lands the planned way, as before.
+    """
+
+    FOLDER = "kinesis-row-types"
+
+    def __init__(self, checkpoint: str) -> None:
+        self.folder = f"{checkpoint}/{self.FOLDER}"
+
+    def of(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
+        text = read_text(spark, f"{self.folder}/{batch_id % 2}")
+        record = json.loads(text) if text else {}
+        return dict(record.get("row_types", [])) if record.get("batch") == batch_id else {}
+
+    def learn(self, spark: SparkSession, batch_id: int, used: dict[str, str], seen: Learned) -> None:
+        """Record the next batch's row types: those `batch_id` landed with, merged with what its rest's plan
+        found (a table whose types do not merge into a learnable one is planned again, and learned anew)."""
+        row_types, rows = dict(used), dict(seen.landed)
+        for topic, plan in seen.rest.items():
+            rows[topic] = rows.get(topic, 0) + plan.json_rows
+            if not plan.json_rows or plan.row_type in (None, "VOID") or not _names_a_table(topic):
+                continue
+            merged = decode.merged_row_type(row_types[topic], plan.row_type) if topic in row_types else plan.row_type
+            if merged is not None and decode.learnable(merged):
+                row_types[topic] = merged
+            else:
+                row_types.pop(topic, None)
+        ordered = sorted(row_types.items(), key=lambda item: (-rows.get(item[0], 0), item[0]))
+        write_text(spark, f"{self.folder}/{(batch_id + 1) % 2}", json.dumps({"batch": batch_id + 1,
+                                                                              "row_types": ordered}))
+
+
+def _names_a_table(topic: str) -> bool:
+    try:
+        lake_table_name(topic.split(".")[0], topic.rsplit(".", 1)[-1])
+    except UnmappableName:
+        return False
+    return True
+
+
 class KinesisTransport:
     def __init__(self, cfg: PipelineConfig) -> None:
         if not cfg.kinesis.streams:
             raise StageError("no Kinesis streams to read: set kinesis.streams (e.g. --set kinesis.streams=moma)")
         self.cfg = cfg
+        self.row_types = RowTypes(str(cfg.changelog.checkpoint))
 
     def subscription(self) -> dict[str, str | None]:
         return {"kinesis_streams": ",".join(self.cfg.kinesis.streams)}
@@ -147,13 +205,18 @@ class KinesisTransport:
         return {"processingTime": "0 seconds" if until_caught_up else self.cfg.changelog.trigger_interval}
 
     def drained(self, query: StreamingQuery) -> bool:
-        """The last trigger asked the source for new records and found none."""
-        status = query.status
-        return (not status["isTriggerActive"] and not status["isDataAvailable"]
-                and status["message"] == "Waiting for data to arrive")
+        """The last finished trigger asked the source for new records and found none. Spark shows a trigger as
+        idle ("Waiting for data to arrive", not active) only while it sleeps `pollingDelay` (10 ms) before the
+        next trigger, which `processingTime` 0 starts at once: a poll a second rarely saw that once a trigger
+        took long (asking moto about big shards took 12 s at 200k records). `isDataAvailable` is what the last
+        finished trigger found, and keeps through the next one's offset check; before the first trigger of a
+        query has finished there is no progress report."""
+        return query.lastProgress is not None and not query.status["isDataAvailable"]
 
     def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:
-        landing.land(kafka_shaped(batch, report.batch_id), report, registry_frames=False)
+        row_types = self.row_types.of(landing.spark, report.batch_id)
+        seen = landing.land_learned(kafka_shaped(batch, report.batch_id), row_types, report)
+        self.row_types.learn(landing.spark, report.batch_id, row_types, seen)
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         landing.land(letters, report, store_dead_letters=False, registry_frames=False)

@@ -1,0 +1,75 @@
+"""Learned DMS JSON row types (`cdc/decode.py`): which record shapes decode exactly with a learned type, and how
+types merge. The shapes and merged types below are what Spark 4.1's `schema_of_variant` and
+`schema_of_variant_agg` print for those records (tests/integration/test_kinesis.py runs them in Spark)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from cdc import decode
+
+LEARNED = "OBJECT<`a b`: BIGINT, amount: DECIMAL(4,2), name: STRING, note: VOID, rate: DOUBLE>"
+
+
+def _fits(shape: str, row_type: str = LEARNED) -> bool:
+    return re.search(decode.shape_pattern(row_type), shape) is not None
+
+
+@pytest.mark.parametrize("shape", [
+    LEARNED,
+    "OBJECT<`a b`: BIGINT, amount: DECIMAL(3,1), name: STRING, note: VOID, rate: BIGINT>",  # narrower values
+    "OBJECT<`a b`: VOID, amount: VOID, name: VOID, note: VOID, rate: DECIMAL(30,10)>",  # nulls; DOUBLE takes numbers
+    "OBJECT<amount: DECIMAL(1,0), rate: DOUBLE>",  # keys absent
+    "OBJECT<>",
+])
+def test_a_shape_that_merges_into_the_learned_type_unchanged_fits(shape: str) -> None:
+    assert _fits(shape)
+
+
+@pytest.mark.parametrize("shape", [
+    "OBJECT<`a b`: DECIMAL(2,1)>",  # 1.5 would be cast to 1
+    "OBJECT<`a b`: STRING>",  # "12" would be cast to 12
+    "OBJECT<`a b`: BOOLEAN>",  # true would be cast to 1
+    "OBJECT<amount: DECIMAL(3,3)>",  # 0.125 would be rounded to 0.13
+    "OBJECT<amount: DECIMAL(4,1)>",  # 123.4 does not fit two integer digits
+    "OBJECT<amount: BIGINT>",  # neither does any BIGINT
+    "OBJECT<name: BIGINT>",  # STRING and BIGINT merge into VARIANT
+    "OBJECT<note: STRING>",  # a value where the learned rows had none
+    "OBJECT<email: STRING, name: STRING>",  # a key the learned type lacks
+    "OBJECT<name: STRING, zip: STRING>",
+    "OBJECT<name: OBJECT<first: STRING>>",
+    "STRING",  # `data` is not an object
+])
+def test_a_shape_the_learned_type_would_change_does_not_fit(shape: str) -> None:
+    assert not _fits(shape)
+
+
+def test_decimal_fields_take_bigints_when_they_have_the_integer_digits_of_one() -> None:
+    assert _fits("OBJECT<n: BIGINT>", "OBJECT<n: DECIMAL(22,2)>")
+    assert not _fits("OBJECT<n: BIGINT>", "OBJECT<n: DECIMAL(20,2)>")
+
+
+@pytest.mark.parametrize("a, b, merged", [
+    ("OBJECT<a: DECIMAL(2,1), c: VOID>", "OBJECT<a: DECIMAL(4,2)>", "OBJECT<a: DECIMAL(4,2), c: VOID>"),
+    ("OBJECT<a: DECIMAL(4,2)>", "OBJECT<a: BIGINT>", "OBJECT<a: DECIMAL(22,2)>"),
+    ("OBJECT<a: DOUBLE>", "OBJECT<a: BIGINT>", "OBJECT<a: DOUBLE>"),
+    ("OBJECT<a: VOID, b: STRING>", "OBJECT<a: BIGINT, `c d`: BOOLEAN>", "OBJECT<a: BIGINT, b: STRING, `c d`: BOOLEAN>"),
+    ("OBJECT<Z: BIGINT>", "OBJECT<a: BIGINT>", "OBJECT<Z: BIGINT, a: BIGINT>"),  # by name, as Spark sorts them
+    ("OBJECT<a: BIGINT>", "OBJECT<a: STRING>", None),  # VARIANT
+    ("OBJECT<a: DECIMAL(38,0)>", "OBJECT<a: DECIMAL(2,1)>", None),  # past 38 digits
+    ("OBJECT<a: BIGINT>", "OBJECT<a: OBJECT<b: BIGINT>>", None),  # not an object of scalars
+])
+def test_row_types_merge_as_schema_of_variant_agg_merges_them(a: str, b: str, merged: str | None) -> None:
+    assert decode.merged_row_type(a, b) == merged
+
+
+def test_only_objects_of_scalar_fields_are_learnable() -> None:
+    assert decode.learnable(LEARNED)
+    assert not decode.learnable("OBJECT<a: ARRAY<BIGINT>>")
+    assert not decode.learnable("OBJECT<a: VARIANT>")
+    assert not decode.learnable("VOID")
+    assert not decode.learnable(None)
+    with pytest.raises(ValueError, match="not a learnable DMS row type"):
+        decode.shape_pattern("OBJECT<a: VARIANT>")
