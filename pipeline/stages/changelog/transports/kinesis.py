@@ -32,7 +32,7 @@ from pipeline.config.settings import AwsSettings, PipelineConfig
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
 from pipeline.sources.kinesis.options import ClientOptions
 from pipeline.runtime.hadoop_files import read_text, write_text
-from tables.names import UnmappableName, lake_table_name
+from tables.names import UnmappableName, topic_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -172,7 +172,7 @@ class RowTypes:
 
 def _names_a_table(topic: str) -> bool:
     try:
-        lake_table_name(topic.split(".")[0], topic.rsplit(".", 1)[-1])
+        topic_table_name(topic)
     except UnmappableName:
         return False
     return True
