@@ -166,7 +166,7 @@ class Landing:
                 self.append_dead_letters(self._planned(raw, report, plans), report)
                 return Learned({}, plans)
             topics = list(row_types)
-            counts = (F.count(F.lit(1)).alias("rows"), F.count_if(~F.col(FITS)).alias("rest"),
+            counts = (F.count_if(~F.col(FITS)).alias("rest"),
                       *(F.count_if(F.col(FITS) & (F.col("topic") == t)).alias(f"t{i}") for i, t in enumerate(topics)))
             seen = Observation(f"learned {report.batch_id}")
             dead, done = self._topic(raw.observe(seen, *counts).where(F.col(FITS) & (F.col("topic") == topics[0])),
@@ -179,21 +179,16 @@ class Landing:
                     dead += self._topic(raw.where(F.col(FITS) & (F.col("topic") == topic)),
                                         TopicPlan(topic, json_rows=1, row_type=row_types[topic]), report.batch_id,
                                         report)[0]
-            report.rows_in += observed["rows"]
-            for topic, rows in landed.items():
-                report.records[topic] = report.records.get(topic, 0) + rows
+            report.rows_in += sum(landed.values())  # the rest's rows are counted by its plan
+            for topic, n in landed.items():
+                report.records[topic] = report.records.get(topic, 0) + n
             plans: dict[str, TopicPlan] = {}
             if observed["rest"]:
                 rest, rows = BatchReport(report.batch_id, writer=f"{report.writer}+rest"), raw.where(~F.col(FITS))
                 plans = self._plan(rows)
                 dead += self._planned(rows, rest, plans)
+                report.merge(rest)
                 report.planned += sorted(plans)
-                report.tombstones += rest.tombstones
-                for topic, n in rest.records.items():
-                    report.records[topic] = report.records.get(topic, 0) + n
-                for table, n in rest.tables.items():
-                    report.tables[table] = report.tables.get(table, 0) + n
-                report.skipped += rest.skipped
             self.append_dead_letters(dead, report)
             return Learned(landed, plans)
         finally:
