@@ -22,7 +22,7 @@ import structlog
 
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config.settings import PipelineConfig
-from tables.append import COMMIT_PROPERTY
+from tables.append import COMMIT_PROPERTY, iceberg_table
 from tables.names import quote, sql_string
 from tables.partitioning import PartitionField
 
@@ -240,12 +240,9 @@ class IcebergLakeTable:
         return self._metadata().snapshot(snapshot_id) is not None
 
     def _metadata(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Table
-        """The table's metadata through Iceberg's Java API, refreshed: snapshots and their summaries without a
-        Spark job per question (a query of `<table>.snapshots` plans and runs one, about a second)."""
-        jvm = self.spark._jvm  # type: ignore[attr-defined]
-        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(self.spark._jsparkSession, self.ref)  # type: ignore[attr-defined]
-        table.refresh()
-        return table
+        """The table's metadata through Iceberg's Java API, refreshed (a query of `<table>.snapshots` plans and
+        runs a Spark job, about a second a question)."""
+        return iceberg_table(self.spark, self.ref)
 
 
 def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:
