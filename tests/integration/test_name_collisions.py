@@ -1,19 +1,22 @@
-"""Two source tables of one name in two schemas (`<db>.public.orders`, `<db>.sales.orders`), on Kafka and S3.
+"""Two source tables of one name in two schemas (`<db>.public.orders`, `<db>.sales.orders`) on each transport.
 
 By default both map to lake table `<db>_orders`. The first to land owns it (its table property
 `pipeline.source`); the other's records are dead letters with the reason (`TableNameCollision`), never appended
 into the same table nor skipped as a batch the table already holds. Once `names.*` gives the other a lake table
 of its own, a replay lands them there. With `names.with_schema` both land side by side from the start (Iceberg
-and Delta). DMS files in folders `<folder>/<schema>/orders/` are named (and refused) the same way.
+and Delta). DMS files in folders `<folder>/<schema>/orders/` and DMS JSON on Kinesis, whose metadata names the
+schema, are named (and refused) the same way.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import time
 import uuid
 from pathlib import Path
 
+import boto3
 import pytest
 
 from pipeline.config import kafka
@@ -26,7 +29,8 @@ from registry.avro import avro_schema, encode
 from tables.lake import lake_table
 from tables.names import LakeNames, SourceTable, quote
 from tables.owners import Owners, TableNameCollision
-from tests.integration.test_odd_names import CHANGES as ODD_CHANGES, _parquet, put_dms_files
+from tests.integration.test_odd_names import CHANGES as ODD_CHANGES
+from tests.integration.test_odd_names import _dms_metadata, _parquet, aws_keys, put_dms_files  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -151,3 +155,31 @@ def test_dms_files_of_a_second_table_of_the_same_name_are_dead_letters_not_mixed
     found = dead_letters.reasons(cfg, spark, [f"{prefix}.sales.orders"])  # one reason a row: it names the row
     assert {r.error_class for r in found} == {"TableNameCollision"} and sum(r.count for r in found) == len(ODD_CHANGES)
     assert all(f"{prefix}.public.orders" in r.error_message and "orders/20260101" in r.error_message for r in found)
+
+
+def test_kinesis_records_are_named_and_refused_by_their_schema_metadata(stack, spark, cfg: PipelineConfig,
+                                                                         tmp_path: Path, aws_keys) -> None:
+    stream = f"clashk{uuid.uuid4().hex[:6]}"
+    client = boto3.client("kinesis", endpoint_url=cfg.aws.endpoint_url, region_name=cfg.aws.region,
+                          aws_access_key_id="test", aws_secret_access_key="test")
+    client.create_stream(StreamName=stream, ShardCount=1)
+    client.get_waiter("stream_exists").wait(StreamName=stream)
+    records = []
+    for schema in ("public", "sales", "zarchive"):  # zarchive: the same default name as public, landed after it
+        for i, (op, order, select) in enumerate(ODD_CHANGES):
+            metadata = {**_dms_metadata(op, i, "orders"), "schema-name": schema}
+            records.append({"data": {"order": order, "select": select}, "metadata": metadata})
+    client.put_records(StreamName=stream, Records=[{"Data": json.dumps(r).encode(), "PartitionKey": str(i)}
+                                                   for i, r in enumerate(records)])
+    cfg = cfg.model_copy(update={
+        "changelog": cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(tmp_path / "cp")}),
+        "kinesis": cfg.kinesis.model_copy(update={"streams": [stream], "fetch_interval_ms": 0}),
+        "names": cfg.names.model_copy(update={"with_schema": ["sales"]})})
+
+    ChangelogStage(cfg, spark).run(until_caught_up=True)
+
+    for name, schema in ((f"{stream}_orders", "public"), (f"{stream}_sales_orders", "sales")):
+        assert lake_table(cfg, spark, "changelog", name).read().count() == len(ODD_CHANGES)
+        assert _source_of(spark, cfg, name) == f"{stream}.{schema}.orders"
+    found = dead_letters.reasons(cfg, spark, [f"{stream}.zarchive.orders"])
+    assert [(r.error_class, r.count) for r in found] == [("TableNameCollision", len(ODD_CHANGES))]
