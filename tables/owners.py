@@ -31,10 +31,11 @@ class TableNameCollision(UnmappableName):
 class Owners:
     """The lake tables of one namespace and the source tables they hold, as the stage lands them."""
 
-    def __init__(self, names: LakeNames, table: Callable[[str], LakeTable]) -> None:
+    def __init__(self, names: LakeNames, table: Callable[[str], LakeTable], reserved: str = "") -> None:
+        """`reserved`: a table of the namespace no source table may land in (the dead letters)."""
         self.names = names
         self._table = table
-        self._owners: dict[str, str] = {}  # lake name -> the source table it holds (or is about to)
+        self._owners: dict[str, str] = {reserved: "the pipeline's dead letters"} if reserved else {}
         self._lock = threading.Lock()  # a batch lands topics in threads: one claims a new table, the others see it
 
     def claim(self, source: SourceTable) -> str:

@@ -67,6 +67,12 @@ def test_a_table_made_before_owners_were_recorded_is_adopted_by_the_first_to_lan
         _owners(tables).claim(PUBLIC)  # another process sees the adoption
 
 
+def test_no_source_table_lands_in_the_dead_letters() -> None:
+    owners = Owners(LakeNames(), lambda name: FakeTable(), reserved="dead_letters")
+    with pytest.raises(TableNameCollision, match="dead letters"):
+        owners.claim(SourceTable("dead", "public", "letters"))
+
+
 def test_with_the_schema_in_the_names_both_land_apart() -> None:
     owners = _owners({}, LakeNames(with_schema=frozenset({"*"})))
     assert (owners.claim(PUBLIC), owners.claim(SALES)) == ("inv_public_orders", "inv_sales_orders")

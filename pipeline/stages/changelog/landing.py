@@ -103,7 +103,8 @@ class Landing:
         self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
                                    else IcebergAppender(spark, self.namespace))
         self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
-        self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name))
+        self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
+                             reserved=cfg.changelog.dead_letter_table)
 
     def prepare(self) -> None:
         """Create the changelog namespace (Iceberg) before a first batch needs it."""
