@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pipeline.stack.psql import Psql
+from tables.names import SourceTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -375,7 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.runtime.spark import get_spark
 
     spark = get_spark(cfg)
-    comparisons = [compare_mirror(cfg, spark, psql, table, f"{prefix}_{table}")
+    names = cfg.names.rule()
+    comparisons = [compare_mirror(cfg, spark, psql, table, names.of(SourceTable(prefix, "public", table)))
                    for prefix in args.prefix for table in KEYS]
     print("\n".join(line for c in comparisons for line in c.lines()))
     return 0 if all(c.ok for c in comparisons) else 3

@@ -4,7 +4,8 @@ A streaming batch that a crash makes Spark replay asks to append the same rows a
 remembers which batches it holds, so the replay is skipped table by table.
 - Iceberg: each commit carries the snapshot property `pipeline.commit = <writer id>:<batch id>`.
 - Delta: Delta's own idempotent writes, `txnAppId = <writer id>`, `txnVersion = <batch id>`.
-Tables are created on first sight (partitioned by the day of `_source_ts` when asked) and take new columns.
+Tables are created on first sight (partitioned by the day of `_source_ts` when asked), recording the source
+table they hold (`pipeline.source`, `tables/owners.py`), and take new columns.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 COMMIT_PROPERTY = "pipeline.commit"
 BATCH_STARTED = "pipeline.batch-started"  # epoch ms: with the commit time, how long the batch took
 ANCESTRY_LOOKUP = 32  # snapshots walked back for a writer's own commit before looking in all of them
+SOURCE_PROPERTY = "pipeline.source"  # table property: the source table `<db>.<schema>.<table>` the table holds
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,10 @@ class Appended:
 
 class Appender(Protocol):
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
-               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
-        """`properties` go into the commit (Iceberg snapshot summary; Delta `userMetadata`, as JSON)."""
+               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
+               source: str | None = None) -> Appended:
+        """`properties` go into the commit (Iceberg snapshot summary; Delta `userMetadata`, as JSON); a table
+        created by the append records `source` (`SOURCE_PROPERTY`)."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,8 @@ class IcebergAppender:
     namespace: str  # <catalog>.<namespace> (each a plain identifier: the configuration checks them)
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
-               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
+               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
+               source: str | None = None) -> Appended:
         """The rows are written as they come, without a shuffle: fanout writers take any mix of partitions
         (a batch spans few source days), and the row count is observed on the write, not queried after it.
         A new table is created by the write itself (create-as-select, one commit): creating it empty first
@@ -67,6 +72,8 @@ class IcebergAppender:
         else:
             create = (writer.using("iceberg").tableProperty("write.spark.accept-any-schema", "true")
                       .tableProperty("format-version", "2"))
+            if source is not None:
+                create = create.tableProperty(SOURCE_PROPERTY, source)
             if partition_by_source_time:
                 create = create.partitionedBy(partitioning.days("_source_ts"))
             try:
@@ -75,7 +82,7 @@ class IcebergAppender:
                 if not self.spark.catalog.tableExists(table):
                     raise
                 # another writer created the table meanwhile: append to it (or skip, if it holds this batch)
-                return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties)
+                return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties, source)
         return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
 
     def _committed(self, table: str, writer_id: str, batch_id: int) -> bool:
@@ -129,9 +136,12 @@ class DeltaAppender:
     root: str  # <lake.delta_root>/<namespace>; each table is a folder below it
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
-               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None) -> Appended:
+               partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
+               source: str | None = None) -> Appended:
         """Path tables (the session's default catalog is the Iceberg one); Delta partitions by a column,
-        so a `_source_date` column carries the day of `_source_ts`."""
+        so a `_source_date` column carries the day of `_source_ts`. Delta takes only `delta.*` table
+        properties with a write, so the source is set right after the write that creates the table (a crash
+        in between leaves a table with none, which its source adopts again: `tables/owners.py`)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -148,6 +158,9 @@ class DeltaAppender:
             writer = writer.partitionBy("_source_date")
         writer.save(path)
         last = DeltaTable.forPath(self.spark, path).history(1).first()
+        if source is not None and not exists:
+            self.spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
+                           f"({sql_string(SOURCE_PROPERTY)} = {sql_string(source)})")
         if last["version"] == before:  # type: ignore[index]
             return Appended(path, 0, skipped=True)  # Delta already held (writer id, batch id)
         return Appended(path, int(last["operationMetrics"].get("numOutputRows", 0)), skipped=False)  # type: ignore[index]

@@ -67,6 +67,8 @@ class LakeTable(Protocol):
     def read_with_commits(self, key: dict[str, str]) -> DataFrame: ...
     def commit_metadata(self, key: str) -> tuple[int, str] | None: ...
     def fields(self) -> list[StructField]: ...
+    def properties(self) -> dict[str, str]: ...
+    def set_properties(self, properties: dict[str, str]) -> None: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
     def widen_columns(self, types: dict[str, str]) -> None: ...
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None: ...
@@ -175,6 +177,12 @@ class IcebergLakeTable:
     def fields(self) -> list[StructField]:
         return list(self.spark.table(self.ref).schema.fields)
 
+    def properties(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self._metadata().properties().items()}
+
+    def set_properties(self, properties: dict[str, str]) -> None:
+        self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({_property_list(properties)})")
+
     def add_columns(self, fields: list[StructField]) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
         self.spark.sql(f"ALTER TABLE {self.ref} ADD COLUMNS ({columns})")
@@ -243,6 +251,10 @@ class IcebergLakeTable:
         """The table's metadata through Iceberg's Java API, refreshed (a query of `<table>.snapshots` plans and
         runs a Spark job, about a second a question)."""
         return iceberg_table(self.spark, self.ref)
+
+
+def _property_list(properties: dict[str, str]) -> str:
+    return ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in properties.items())
 
 
 def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:
@@ -315,6 +327,15 @@ class DeltaLakeTable:
 
     def fields(self) -> list[StructField]:
         return list(self.read().schema.fields)
+
+    def properties(self) -> dict[str, str]:
+        # Delta resolves `delta.<path>` in ALTER TABLE itself; SHOW needs the session catalog named (the default
+        # catalog is the Iceberg one)
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {quote('spark_catalog', 'delta', self.ref)}").collect()
+        return {row["key"]: row["value"] for row in rows}
+
+    def set_properties(self, properties: dict[str, str]) -> None:
+        self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} SET TBLPROPERTIES ({_property_list(properties)})")
 
     def add_columns(self, fields: list[StructField]) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)

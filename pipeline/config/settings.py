@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from tables.names import MAX_LENGTH, PLAIN, LakeNames
 from tables.partitioning import PartitionField, parse_partition_fields
 
 ENV_PREFIX = "PIPELINE_"
@@ -333,6 +334,43 @@ class LakeSettings(_Section):
         return self
 
 
+class NameSettings(_Section):
+    """How source tables name their lake tables (`tables/names.py`): `<db>_<table>` by default, where `<db>` is
+    the topic prefix, stream or bucket folder. A database with a table of one name in two schemas needs one of
+    these, or the second table's records are dead letters (`TableNameCollision`)."""
+
+    with_schema: list[str] = Field(default_factory=list, description="schemas whose tables are named "
+                                   "<db>_<schema>_<table>: `<schema>` (in any database), `<db>.<schema>`, or `*` "
+                                   "for every schema")
+    tables: dict[str, str] = Field(default_factory=dict, description="source table <db>.<schema>.<table> -> the "
+                                   "name of its lake table; wins over the rule")
+
+    @field_validator("with_schema", mode="before")
+    @classmethod
+    def _comma_separated(cls, schemas: Any) -> Any:
+        return [s.strip() for s in schemas.split(",") if s.strip()] if isinstance(schemas, str) else schemas
+
+    @field_validator("tables")
+    @classmethod
+    def _plain_distinct_names(cls, tables: dict[str, str]) -> dict[str, str]:
+        for source, name in tables.items():
+            parts = source.split(".")
+            if len(parts) < 3 or not all(parts):
+                raise ValueError(f"names.tables key {source!r} must name a source table as <db>.<schema>.<table> "
+                                 "(the topic, or <stream>.<schema>.<table>, or <folder>.<schema>.<table>)")
+            if not PLAIN.fullmatch(name) or len(name) > MAX_LENGTH:
+                raise ValueError(f"names.tables.{source} = {name!r}: a lake table name is lowercase ASCII letters, "
+                                 f"digits and _, at most {MAX_LENGTH} characters")
+        shared = sorted({name for name in tables.values() if list(tables.values()).count(name) > 1})
+        if shared:
+            raise ValueError(f"names.tables gives two source tables the same lake table ({', '.join(shared)}): "
+                             "give each its own")
+        return tables
+
+    def rule(self) -> LakeNames:
+        return LakeNames(frozenset(self.with_schema), dict(self.tables))
+
+
 class MirrorSettings(_Section):
     """The mirror stage: which changelog tables become current-state tables, and how."""
 
@@ -451,6 +489,7 @@ class PipelineConfig(BaseModel):
     changelog: ChangelogSettings = ChangelogSettings()
     kinesis: KinesisSettings = KinesisSettings()
     dms_files: DmsFileSettings = DmsFileSettings()
+    names: NameSettings = NameSettings()
     mirror: MirrorSettings = MirrorSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
     status: StatusSettings = StatusSettings()
@@ -503,6 +542,13 @@ class PipelineConfig(BaseModel):
                                      f"{', '.join(transformed)}; use columns, or lake.format = 'iceberg'")
         return self
 
+    @model_validator(mode="after")
+    def _names_apart_from_dead_letters(self) -> PipelineConfig:
+        if self.changelog.dead_letter_table in self.names.tables.values():
+            raise ValueError(f"names.tables maps a source table to {self.changelog.dead_letter_table!r}, the "
+                             "changelog.dead_letter_table: give it another name")
+        return self
+
     @property
     def jars_dir(self) -> Path:
         return self.jars
@@ -547,7 +593,7 @@ def load_config(
 # Settings that are maps of free-form keys: everything after the map's name is one key ("spark.conf.a.b").
 _MAP_SETTINGS = {("spark", "conf"), ("kafka", "properties"), ("catalog", "properties"), ("mirror", "keys"),
                  ("mirror", "partition_by"), ("kinesis", "options"), ("dms_files", "options"),
-                 ("dms_files", "csv_schemas")}
+                 ("dms_files", "csv_schemas"), ("names", "tables")}
 
 
 def _assign(data: dict[str, Any], keys: list[str], value: str, source: str) -> None:

@@ -21,6 +21,7 @@ from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
 from tables.history import tracked_columns
 from tables.lake import lake_table, table_names
+from tables.names import LakeNames
 from tables.pending import mirror_state
 
 if TYPE_CHECKING:
@@ -58,14 +59,24 @@ class TableVerdict:
         return [head, *[m.line() for m in self.examples]]
 
 
-def truth_table_for(truth: TruthStore, table: str) -> str:
-    """The truth's `<db>.<schema>.<table>` for lake table `<db>_<table>` (the db part may be a topic prefix)."""
+def truth_table_for(truth: TruthStore, table: str, names: LakeNames) -> str:
+    """The truth's `<db>.<schema>.<table>` for a lake table (its db part may be a topic prefix, so it is not
+    compared): the one whose schema and table `names.tables` maps to it, else the one whose `_<table>` ends its
+    name, and of several those whose `_<schema>_<table>` does (`names.with_schema`)."""
     tables = truth.tables()
-    candidates = sorted({name for name in tables if table.endswith("_" + name.rsplit(".", 1)[-1])})
+    mapped = {source.split(".", 1)[1] for source, name in names.tables.items() if name == table}
+    if mapped:
+        candidates = [name for name in tables if name.split(".", 1)[1] in mapped]
+    else:
+        candidates = [name for name in tables if table.endswith("_" + name.rsplit(".", 1)[-1])]
+        if len(candidates) > 1:
+            apart = [name for name in candidates if table.endswith("_" + name.split(".", 1)[1].replace(".", "_"))]
+            candidates = apart or candidates
     if len(candidates) != 1:
         found = ", ".join(tables) or "none"
         raise ValueError(f"table {table} matches {len(candidates)} truth tables (the truth has: {found}); "
-                         "verify tables named <db>_<table> after the source table")
+                         "verify tables named <db>_<table> or <db>_<schema>_<table> after the source table, or "
+                         "named in names.tables")
     return candidates[0]
 
 
@@ -141,7 +152,7 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
         raise MirrorError(f"nothing to verify: namespace {namespace!r} has no tables; run the stages first")
     verdicts = []
     for name in names:
-        truth_table = truth_table_for(truth, name)
+        truth_table = truth_table_for(truth, name, cfg.names.rule())
         if source_time:
             lake = state(cfg, spark, name, source_time)
             expected = truth.state_at(truth_table, source_time_us(source_time))

@@ -22,7 +22,7 @@ from pipeline.stages.changelog.report import BatchReport
 from pipeline.stages.changelog.transports import transport_for
 from pipeline.config.settings import PipelineConfig
 from tables.lake import lake_table
-from tables.names import UnmappableName, sql_string, topic_table_name
+from tables.names import UnmappableName, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,11 +58,11 @@ class ReplayReport:
         return f"replayed {self.selected} dead letters: landed {landed}; still failing {failing}"
 
 
-def changelog_table_of(topic: str) -> str | None:
-    """The changelog table a topic `<db>.<schema>.<table>` lands in, as the stage names it; None when its name
-    maps to no table (its dead letters say why)."""
+def changelog_table_of(cfg: PipelineConfig, topic: str) -> str | None:
+    """The changelog table a topic `<db>.<schema>.<table>` lands in, as the stage names it (`names.*`); None
+    when its name maps to no table (its dead letters say why)."""
     try:
-        return topic_table_name(topic)
+        return cfg.names.rule().of_topic(topic)
     except UnmappableName:
         return None
 
@@ -94,7 +94,7 @@ def reasons(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = ()) ->
               .agg(F.count(F.lit(1)).alias("n"), F.min("_ingested_at").alias("first"),
                    F.max("_ingested_at").alias("last"))
               .orderBy(F.desc("n"), "topic", "error_class").collect())
-    return [Reason(g["topic"], changelog_table_of(g["topic"]) or "-", g["error_class"], g["error_message"], g["n"],
+    return [Reason(g["topic"], changelog_table_of(cfg, g["topic"]) or "-", g["error_class"], g["error_message"], g["n"],
                    str(g["first"]), str(g["last"])) for g in groups]
 
 
@@ -119,7 +119,7 @@ def replay(cfg: PipelineConfig, spark: SparkSession, topics: list[str] = (), err
         report.still_failing = {cls: n for classes in landing.dead_by_topic.values() for cls, n in classes.items()}
         landed = _against_changelog(cfg, spark, letters, found, landed=True)
         for row in landed.groupBy("topic").count().collect():
-            table = str(changelog_table_of(row["topic"]))  # landed, so it names a table
+            table = str(changelog_table_of(cfg, row["topic"]))  # landed, so it names a table
             report.landed[table] = report.landed.get(table, 0) + row["count"]
         _delete(cfg, spark, landed.select(*POSITION).distinct())
         log.info("dead_letters.replayed", selected=report.selected, landed=report.landed,
@@ -143,7 +143,7 @@ def _positions(cfg: PipelineConfig, spark: SparkSession, topics: list[str]) -> D
     from pyspark.sql import functions as F
 
     parts = []
-    for name in sorted({name for name in map(changelog_table_of, topics) if name}):
+    for name in sorted({name for name in (changelog_table_of(cfg, topic) for topic in topics) if name}):
         table = lake_table(cfg, spark, cfg.changelog.namespace, name)
         if table.exists():
             parts.append(table.read().select(*[F.col("_transport")[c].alias(c) for c in POSITION]))

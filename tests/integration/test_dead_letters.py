@@ -106,7 +106,7 @@ def test_replay_never_lands_twice_what_landed_meanwhile(cfg: PipelineConfig, sta
     skipped = {kind: sum(report.control.get(kind, 0) for report in right.reports) for kind in control}
     assert skipped == control  # counted and skipped, never a table or a dead letter
     assert _table(spark, cfg, f"{prefix}_heartbeat") is None and _table(spark, cfg, f"{prefix}_transaction") is None
-    tables = {dead_letters.changelog_table_of(topic) for topic in topics}
+    tables = {dead_letters.changelog_table_of(cfg, topic) for topic in topics}
     before = sum(_table(spark, cfg, table).count() for table in tables)
 
     report = dead_letters.replay(cfg, spark, topics)

@@ -455,7 +455,7 @@ def test_learned_row_types_land_as_read_and_a_new_shape_after_them_each_record_o
     writer = ChangelogStage(cfg, spark)._query_id()
     assert {f"{writer}:0", f"{writer}:{failed[0]}", f"{writer}+rest:{failed[0]}"} <= commits
     assert len(commits) == 3  # the replay appended nothing twice
-    learned = RowTypes(str(checkpoint)).of(spark, failed[0] + 1)
+    learned = RowTypes(str(checkpoint), cfg.names.rule()).of(spark, failed[0] + 1)
     assert learned[f"{stream}.shop.items"] == "OBJECT<color: STRING, id: BIGINT, name: STRING>"
     assert learned[f"{stream}.shop.tags"] == "OBJECT<tag: STRING>"
 

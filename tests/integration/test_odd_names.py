@@ -122,22 +122,28 @@ def _parquet(rows: list[tuple[str, int, str]], first: int) -> bytes:
     return out.getvalue()
 
 
-def test_dms_files_of_an_odd_table_folder_land_and_mirror(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    prefix = f"oddfiles{uuid.uuid4().hex[:6]}"
+def put_dms_files(cfg: PipelineConfig, prefix: str, files: dict[str, bytes], checkpoint: Path) -> PipelineConfig:
+    """The files in bucket `prefix`, announced on queue `prefix`; the configuration of a stage that reads them."""
     settings = cfg.dms_files.model_copy(update={"bucket": prefix, "queue": prefix, "file_format": "parquet",
                                                 "long_polling_wait_s": 1,
                                                 "options": {"queueFetchWaitTimeoutSeconds": "2"}})
     cfg = cfg.model_copy(update={
-        "changelog": cfg.changelog.model_copy(update={"source": "s3-sqs", "checkpoint": str(tmp_path / "cp")}),
+        "changelog": cfg.changelog.model_copy(update={"source": "s3-sqs", "checkpoint": str(checkpoint)}),
         "dms_files": settings})
     ensure_notified_bucket(cfg.aws, prefix, prefix)
     s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
+    for key, body in files.items():
+        s3.put_object(Bucket=prefix, Key=key, Body=body)
+    return cfg
+
+
+def test_dms_files_of_an_odd_table_folder_land_and_mirror(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
+    prefix = f"oddfiles{uuid.uuid4().hex[:6]}"
     too_long = "T" * MAX_LENGTH
     files = {f"{prefix}/public/Order Items/20260101-000000000.parquet": _parquet(CHANGES[:3], 0),  # CDC files: I is c
              f"{prefix}/public/Order Items/20260101-000003000.parquet": _parquet(CHANGES[3:], 3),
              f"{prefix}/public/{too_long}/LOAD00000001.parquet": _parquet(CHANGES[:1], 0)}
-    for key, body in files.items():
-        s3.put_object(Bucket=prefix, Key=key, Body=body)
+    cfg = put_dms_files(cfg, prefix, files, tmp_path / "cp")
 
     ChangelogStage(cfg, spark).run(until_caught_up=True)
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
 from pipeline.config.settings import PipelineConfig, load_config
 from pipeline.stages.changelog import BatchReport
 from pipeline.stages.changelog.landing import Landing
+from tables.owners import Owners
 
 
 class _Landing(Landing):
@@ -16,6 +18,7 @@ class _Landing(Landing):
 
     def __init__(self, cfg: PipelineConfig, barrier: threading.Barrier | None) -> None:
         super().__init__(cfg, spark=None)  # type: ignore[arg-type]
+        self.owners = Owners(cfg.names.rule(), lambda name: SimpleNamespace(exists=lambda: False))  # new tables
         self.barrier = barrier
         self.stored: list[str] = []
 

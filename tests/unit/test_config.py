@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,33 @@ def test_delta_glue_needs_an_s3_delta_root(tmp_path: Path) -> None:
     cfg = load_config(overrides=[f"home={tmp_path}", "lake.format=delta", "lake.delta_glue=true",
                                  "lake.delta_root=s3://lake/delta"], environ={})
     assert cfg.lake.delta_glue and cfg.lake.delta_root == "s3://lake/delta"
+
+
+def test_lake_name_settings(tmp_path: Path) -> None:
+    config_file = tmp_path / "pipeline.toml"
+    config_file.write_text('[names]\nwith_schema = ["sales"]\n[names.tables]\n"inv.archive.orders" = "inv_old_orders"\n')
+    cfg = load_config(config_file, overrides=["names.tables.inv.hr.people=inv_staff"], environ={})
+    assert cfg.names.tables == {"inv.archive.orders": "inv_old_orders", "inv.hr.people": "inv_staff"}
+    names = cfg.names.rule()
+    assert [names.of_topic(f"inv.{s}.orders") for s in ("public", "sales", "archive")] == [
+        "inv_orders", "inv_sales_orders", "inv_old_orders"]
+    assert load_config(overrides=["names.with_schema=a, b.c"], environ={}).names.with_schema == ["a", "b.c"]
+    assert load_config(environ={}).names.rule().of_topic("inv.sales.orders") == "inv_orders"  # the default
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["names.tables.inv.orders=x"], "must name a source table as <db>.<schema>.<table>"),
+    (["names.tables.inv.s.orders=Inv-Orders"], "lowercase ASCII letters, digits and _"),
+    (["names.tables.inv.a.orders=orders", "names.tables.inv.b.orders=orders"], "the same lake table (orders)"),
+    (["names.tables.inv.a.orders=dead_letters"], "changelog.dead_letter_table"),
+])
+def test_bad_lake_names_fail_with_the_fix(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(overrides=overrides, environ={})
+
+
+def test_a_lake_name_map_key_with_an_empty_part_fails(tmp_path: Path) -> None:
+    config_file = tmp_path / "pipeline.toml"
+    config_file.write_text('[names.tables]\n"inv..orders" = "x"\n')
+    with pytest.raises(ConfigError, match="must name a source table as <db>.<schema>.<table>"):
+        load_config(config_file, environ={})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tables.names import MAX_LENGTH, NoTableName, UnmappableName, lake_table_name, quote, topic_table_name
+from tables.names import MAX_LENGTH, LakeNames, NoTableName, SourceTable, UnmappableName, lake_table_name, quote
 
 
 @pytest.mark.parametrize(("db", "table"), [("moma", "artists"), ("hr", "employee"), ("run1", "order_items"),
@@ -43,7 +43,7 @@ def test_a_record_without_a_table_is_no_table_name() -> None:
         lake_table_name("moma", "")
     assert caught.value.error_class == "NoTableName"
     with pytest.raises(NoTableName):
-        topic_table_name("moma..")  # what the Kinesis source makes of a record that names no table
+        LakeNames().of_topic("moma..")  # what the Kinesis source makes of a record that names no table
 
 
 @pytest.mark.parametrize(("db", "table"), [("", "artists"), ("moma", "x" * MAX_LENGTH),
@@ -60,8 +60,39 @@ def test_the_longest_name_leaves_room_for_the_view_suffixes() -> None:
 
 
 def test_a_topic_names_its_table_by_its_first_and_last_part() -> None:
-    assert topic_table_name("moma.public.artists") == "moma_artists"
-    assert topic_table_name("odd.public.Order-Items") == lake_table_name("odd", "Order-Items")
+    assert LakeNames().of_topic("moma.public.artists") == "moma_artists"
+    assert LakeNames().of_topic("odd.public.Order-Items") == lake_table_name("odd", "Order-Items")
+    assert SourceTable.of_topic("srv.inventory.public.orders") == SourceTable("srv", "inventory.public", "orders")
+    assert str(SourceTable.of_topic("moma.public.artists")) == "moma.public.artists"
+
+
+def test_by_default_two_schemas_tables_of_one_name_map_to_one_lake_table() -> None:
+    names = LakeNames()
+    assert names.of_topic("inv.public.orders") == names.of_topic("inv.sales.orders") == "inv_orders"
+
+
+@pytest.mark.parametrize("listed", ["*", "sales", "inv.sales"])
+def test_a_listed_schema_puts_the_schema_in_its_tables_names(listed: str) -> None:
+    names = LakeNames(with_schema=frozenset({listed}))
+    assert names.of_topic("inv.sales.orders") == "inv_sales_orders"
+    assert names.of_topic("inv.public.orders") == ("inv_public_orders" if listed == "*" else "inv_orders")
+    assert names.of_topic("other.sales.orders") == ("other_orders" if listed == "inv.sales" else "other_sales_orders")
+    assert names.of_topic("inv.orders") == "inv_orders"  # a topic with no schema part keeps <db>_<table>
+
+
+def test_names_with_a_schema_fold_and_hash_the_three_parts() -> None:
+    names = LakeNames(with_schema=frozenset({"*"}))
+    odd = names.of_topic("inv.Sales.Order-Items")
+    assert odd.startswith("inv_sales_order_items_") and odd != lake_table_name("inv", "Order-Items")
+    assert names.of_topic("inv.a-b.c") != names.of_topic("inv.a.b-c")  # the hash knows where the schema ends
+    with pytest.raises(NoTableName):
+        names.of_topic("moma..")
+
+
+def test_a_source_table_named_in_the_map_gets_its_name_over_the_rule() -> None:
+    names = LakeNames(with_schema=frozenset({"*"}), tables={"inv.sales.orders": "orders_of_sales"})
+    assert names.of(SourceTable("inv", "sales", "orders")) == "orders_of_sales"
+    assert names.of_topic("inv.public.orders") == "inv_public_orders"
 
 
 def test_quote_doubles_an_embedded_quote_mark() -> None:

@@ -9,6 +9,7 @@ from pipeline.ops.status.collect import _transport_of
 from pipeline.ops.status.lake import CommitFacts, TableFacts, changelog_history, dead_letters_by_table, mirror_state
 from pipeline.ops.status.model import Commit, LakeStatus, MirrorState, SourceLag, TableStatus
 from pipeline.ops.status.render import as_html, as_json, as_text
+from tables.names import LakeNames
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -38,18 +39,24 @@ def test_each_append_knows_its_rate_and_how_far_behind_the_source_it_was() -> No
 
 
 def test_dead_letters_count_under_the_table_their_topic_names() -> None:
-    found = dead_letters_by_table([("db.public.orders", "MalformedAvro", 2), ("db.public.orders", "NoTableName", 1),
-                                   ("db.other.orders", "MalformedAvro", 3), ("nodots", "NoTableName", 4)])
+    rows = [("db.public.orders", "MalformedAvro", 2), ("db.public.orders", "NoTableName", 1),
+            ("db.other.orders", "MalformedAvro", 3), ("nodots", "NoTableName", 4)]
+    found = dead_letters_by_table(rows, LakeNames())
     assert found["db_orders"] == {"MalformedAvro": 5, "NoTableName": 1}
     assert set(found) == {"db_orders", "nodots_nodots"}
+    apart = dead_letters_by_table(rows, LakeNames(with_schema=frozenset({"other"})))  # names.with_schema
+    assert apart["db_orders"] == {"MalformedAvro": 2, "NoTableName": 1}
+    assert apart["db_other_orders"] == {"MalformedAvro": 3}
 
 
 def test_a_kafka_topic_lag_reaches_only_its_own_table() -> None:
     lags = [SourceLag("kafka", "db.public.orders", 5, 12.0), SourceLag("kafka", "db.public.items", 0, 0.0)]
-    assert _transport_of("db_orders", lags) == lags[0]
-    assert _transport_of("db_customers", lags) is None
+    assert _transport_of("db_orders", lags, LakeNames()) == lags[0]
+    assert _transport_of("db_customers", lags, LakeNames()) is None
+    assert _transport_of("db_public_orders", lags, LakeNames(with_schema=frozenset({"*"}))) == lags[0]
+    assert _transport_of("db_orders", lags, LakeNames(with_schema=frozenset({"*"}))) is None
     queue = [SourceLag("s3-sqs", "dms-cdc-events", 3, None)]
-    assert _transport_of("db_orders", queue) == queue[0]  # one queue feeds every table
+    assert _transport_of("db_orders", queue, LakeNames()) == queue[0]  # one queue feeds every table
 
 
 def _status(max_lag: float | None) -> LakeStatus:

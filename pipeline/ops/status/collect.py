@@ -16,7 +16,7 @@ from pipeline.ops.status.lake import (
 )
 from pipeline.ops.status.model import LakeStatus, SourceLag, TableStatus
 from pipeline.ops.status.transport import source_lags
-from tables.names import UnmappableName, topic_table_name
+from tables.names import LakeNames, UnmappableName
 
 if TYPE_CHECKING:
     from pipeline.config.settings import PipelineConfig
@@ -32,7 +32,8 @@ def collect(cfg: PipelineConfig, now: datetime | None = None) -> LakeStatus:
     else:
         lake = IcebergLake(cfg)
     changelog_ns, mirror_ns = cfg.changelog.namespace, cfg.mirror.namespace
-    dead = dead_letters_by_table(lake.dead_letters(changelog_ns, cfg.changelog.dead_letter_table))
+    names = cfg.names.rule()
+    dead = dead_letters_by_table(lake.dead_letters(changelog_ns, cfg.changelog.dead_letter_table), names)
     unreachable: list[str] = []
     try:
         sources = source_lags(cfg)
@@ -53,19 +54,19 @@ def collect(cfg: PipelineConfig, now: datetime | None = None) -> LakeStatus:
             table=name, changelog_rows=changelog.rows,
             last_batch_at=last.at if last else None, last_batch_rows=last.rows if last else 0,
             last_batch_rate=last.rows / last.seconds if last and last.seconds else None, history=history,
-            transport=_transport_of(name, sources), mirror=mirror_state(changelog, mirror, now, pending),
+            transport=_transport_of(name, sources, names), mirror=mirror_state(changelog, mirror, now, pending),
             dead_letters=dead.get(name, {}), last_maintenance=last_compaction(changelog, mirror)))
     return LakeStatus(now, tables, sources, cfg.status.max_lag, unreachable)
 
 
-def _transport_of(table: str, sources: list[SourceLag]) -> SourceLag | None:
+def _transport_of(table: str, sources: list[SourceLag], names: LakeNames) -> SourceLag | None:
     """The lag that reaches a table: its Kafka topic's (a topic lands in the table its name gives), or the one
     stream's or queue's that every table of the stage shares; with several topics of one table, the oldest."""
     def lands_here(source: SourceLag) -> bool:
         if source.transport != "kafka":
             return True
         try:
-            return topic_table_name(source.source) == table
+            return names.of_topic(source.source) == table
         except UnmappableName:
             return False
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from pipeline.ops.status.model import Commit, MirrorState
 from tables.append import BATCH_STARTED
-from tables.names import UnmappableName, topic_table_name
+from tables.names import LakeNames, UnmappableName
 from tables.pending import WATERMARK
 
 if TYPE_CHECKING:
@@ -73,12 +73,13 @@ def last_compaction(*tables: TableFacts | None) -> datetime | None:
     return max(found) if found else None
 
 
-def dead_letters_by_table(rows: list[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
-    """(topic, reason, count) rows -> table -> reason -> count; a topic that names no table counts under it."""
+def dead_letters_by_table(rows: list[tuple[str, str, int]], names: LakeNames) -> dict[str, dict[str, int]]:
+    """(topic, reason, count) rows -> table (as `names` names it) -> reason -> count; a topic that names no table
+    counts under it."""
     found: dict[str, dict[str, int]] = {}
     for topic, reason, count in rows:
         try:
-            table = topic_table_name(topic)
+            table = names.of_topic(topic)
         except UnmappableName:
             table = topic
         by_reason = found.setdefault(table, {})

@@ -6,7 +6,8 @@ Values are registry-framed Avro (`registry.wire_format`: Confluent, Apicurio leg
 header ids), decoded on the JVM with one `from_avro` per writer schema (the subject's latest version as the
 reader schema), or DMS JSON through a variant (`cdc/decode.py`). Changes are normalised into the canonical
 change record (`cdc/normalize.py`) and routed by topic `<db>.<schema>.<table>` to
-`<catalog>.changelog.<db>_<table>` (Iceberg) or `<lake.delta_root>/changelog/<db>_<table>` (Delta). Records
+`<catalog>.changelog.<db>_<table>` (Iceberg) or `<lake.delta_root>/changelog/<db>_<table>` (Delta), as
+`names.*` names it, unless that table holds another source table (`tables/owners.py`). Records
 that cannot be decoded, or must not land, go with their raw bytes and the reason to the `dead_letters` table
 beside them; they never block a partition.
 
@@ -45,7 +46,9 @@ from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import BATCH_STARTED, Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
-from tables.names import UnmappableName, lake_table_name
+from tables.lake import lake_table
+from tables.names import SourceTable, UnmappableName
+from tables.owners import Owners
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -100,6 +103,8 @@ class Landing:
         self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
                                    else IcebergAppender(spark, self.namespace))
         self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
+        self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
+                             reserved=cfg.changelog.dead_letter_table)
 
     def prepare(self) -> None:
         """Create the changelog namespace (Iceberg) before a first batch needs it."""
@@ -130,6 +135,7 @@ class Landing:
             part = report.part()
             return part, self._one_pass(self._classified(rows), topic, part)
 
+        self.owners.claim_first(SourceTable.of_topic(topic) for topic, _ in sorted(topics, key=lambda t: t[0]))
         workers = min(self.cfg.changelog.concurrent_topics, len(topics))
         if workers <= 1:
             landed = [one(topic, rows) for topic, rows in topics]
@@ -353,10 +359,11 @@ class Landing:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        db, table = plan.topic.split(".")[0], plan.topic.rsplit(".", 1)[-1]
+        source = SourceTable.of_topic(plan.topic)
         try:
-            name = lake_table_name(db, table)
-        except UnmappableName as exc:  # unframed rows are dead letters already; tombstones carry nothing
+            name = self.owners.claim(source)
+        except UnmappableName as exc:  # or TableNameCollision; unframed rows are dead letters already, tombstones
+            # carry nothing
             return [self._dead(rows.where(F.col("kind").isin(Kind.FRAMED.value, Kind.JSON.value)), exc.error_class,
                                str(exc))], None
         # (format, rows with `v` and `_valid`, dead letter, reader schema text)
@@ -396,9 +403,9 @@ class Landing:
             lambda a, b: a.unionByName(b, allowMissingColumns=True),
             [normalize(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n"),
                                     F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
-                       .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, db, reader)
+                       .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, source.db, reader)
              for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
-        done = self.append(changes, name, report)
+        done = self.append(changes, name, report, source=str(source))
         for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
             if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
                 dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))
@@ -420,11 +427,12 @@ class Landing:
     # -- idempotent appends --------------------------------------------------------------------------
 
     def append(self, rows: DataFrame, name: str, report: BatchReport,
-               partition_by_source_time: bool = True) -> Appended:
-        """Append once per (`report.writer`, batch id): a replayed batch skips a table that holds it."""
+               partition_by_source_time: bool = True, source: str | None = None) -> Appended:
+        """Append once per (`report.writer`, batch id): a replayed batch skips a table that holds it. A table
+        the append creates records `source`, the source table it holds (`Owners.claim` claimed it)."""
         batch_id = report.batch_id
         done = self.appender.append(stamped(rows, batch_id), name, report.writer, batch_id, partition_by_source_time,
-                                    {BATCH_STARTED: str(report.started_ms)})
+                                    {BATCH_STARTED: str(report.started_ms)}, source)
         if done.skipped:
             report.skipped.append(done.table)
         elif done.rows:

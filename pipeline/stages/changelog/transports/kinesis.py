@@ -32,7 +32,7 @@ from pipeline.config.settings import AwsSettings, PipelineConfig
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
 from pipeline.sources.kinesis.options import ClientOptions
 from pipeline.runtime.hadoop_files import read_text, write_text
-from tables.names import UnmappableName, topic_table_name
+from tables.names import LakeNames, UnmappableName
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -144,8 +144,9 @@ class RowTypes:
 
     FOLDER = "kinesis-row-types"
 
-    def __init__(self, checkpoint: str) -> None:
+    def __init__(self, checkpoint: str, names: LakeNames) -> None:
         self.folder = f"{checkpoint}/{self.FOLDER}"
+        self.names = names  # a topic whose name names no lake table is not learned
 
     def of(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
         text = read_text(spark, f"{self.folder}/{batch_id % 2}")
@@ -158,7 +159,7 @@ class RowTypes:
         row_types, rows = dict(used), dict(seen.landed)
         for topic, plan in seen.rest.items():
             rows[topic] = rows.get(topic, 0) + plan.json_rows
-            if not plan.json_rows or plan.row_type in (None, "VOID") or not _names_a_table(topic):
+            if not plan.json_rows or plan.row_type in (None, "VOID") or not self._names_a_table(topic):
                 continue
             merged = decode.merged_row_type(row_types[topic], plan.row_type) if topic in row_types else plan.row_type
             if merged is not None and decode.learnable(merged):
@@ -169,13 +170,12 @@ class RowTypes:
         write_text(spark, f"{self.folder}/{(batch_id + 1) % 2}", json.dumps({"batch": batch_id + 1,
                                                                               "row_types": ordered}))
 
-
-def _names_a_table(topic: str) -> bool:
-    try:
-        topic_table_name(topic)
-    except UnmappableName:
-        return False
-    return True
+    def _names_a_table(self, topic: str) -> bool:
+        try:
+            self.names.of_topic(topic)
+        except UnmappableName:
+            return False
+        return True
 
 
 class KinesisTransport:
@@ -183,7 +183,7 @@ class KinesisTransport:
         if not cfg.kinesis.streams:
             raise StageError("no Kinesis streams to read: set kinesis.streams (e.g. --set kinesis.streams=moma)")
         self.cfg = cfg
-        self.row_types = RowTypes(str(cfg.changelog.checkpoint))
+        self.row_types = RowTypes(str(cfg.changelog.checkpoint), cfg.names.rule())
 
     def subscription(self) -> dict[str, str | None]:
         return {"kinesis_streams": ",".join(self.cfg.kinesis.streams)}

@@ -29,7 +29,7 @@ from pipeline.sources import register
 from pipeline.sources.s3sqs.files import csv_headers
 from pipeline.sources.s3sqs.options import S3SqsOptions, parse_options
 from pipeline.sources.s3sqs.status import clear_status, read_status
-from tables.names import UnmappableName, lake_table_name
+from tables.names import SourceTable, UnmappableName
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -138,13 +138,13 @@ class S3SqsTransport:
         if read is None:
             return []
         refused = [(rows, "IncompatibleDmsFile", reason) for rows, reason in read.misfits]
-        name = None
+        name, source = None, SourceTable(first.db, first.schema, first.table)
         if not first.table:
             refused.append((read.rows, "UnroutableFile", "not in DMS's <folder>/<schema>/<table>/<file> layout"))
         else:
             try:
-                name = lake_table_name(first.db, first.table)
-            except UnmappableName as exc:
+                name = landing.owners.claim(source)
+            except UnmappableName as exc:  # or TableNameCollision
                 refused.append((read.rows, exc.error_class, str(exc)))
         dead = [_dead(rows, error_class, reason) for rows, error_class, reason in refused]
         if refused:  # rows that cannot land: counted (for the dead-letter bound), then read as dead letters
@@ -157,7 +157,8 @@ class S3SqsTransport:
         counts = (F.count(F.lit(1)).alias("rows"), F.count_if(~F.col(VALID)).alias("invalid"))
         seen = Observation(f"rows {first.topic} {report.batch_id}")
         valid = decoded.drop("value").observe(seen, *counts).where(VALID)  # the row's JSON: for dead letters only
-        done = landing.append(normalize(valid, f"dms-{settings.file_format}", first.db), name, report)
+        done = landing.append(normalize(valid, f"dms-{settings.file_format}", first.db), name, report,
+                              source=str(source))
         observed = decoded.agg(*counts).first() if done.skipped else seen.get  # a replay observed nothing
         _count(report, first.topic, observed["rows"])
         if observed["invalid"]:
