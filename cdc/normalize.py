@@ -56,6 +56,29 @@ def detect_format(writer_schema: dict) -> str:
                      "(Debezium envelope, Debezium unwrapped, DMS)")
 
 
+# What `_debezium` reads of an envelope's `source` block
+ENVELOPE_SOURCE_FIELDS = frozenset({"connector", "db", "schema", "table", "txId", "ts_ms", "sequence", "lsn"})
+
+
+def read_schema(reader: dict, fmt: str) -> dict:
+    """The reader schema cut to the fields `normalize` reads, to decode records with.
+
+    Avro skips a writer's field that its reader leaves out without decoding it, where a decoded string is an
+    object made and copied for every row. Only Debezium's envelope brings much that the change record leaves
+    out: the event's `ts_ms`, its `transaction` block and most of `source` (version, name, snapshot, xmin...)."""
+    if fmt != "debezium":
+        return reader
+    fields = []
+    for field in reader["fields"]:
+        kind = field["type"]
+        if field["name"] == "source" and isinstance(kind, dict) and kind.get("type") == "record":
+            fields.append({**field, "type": {**kind, "fields": [f for f in kind["fields"]
+                                                                if f["name"] in ENVELOPE_SOURCE_FIELDS]}})
+        elif field["name"] in ("before", "after", "source", "op"):
+            fields.append(field)
+    return {**reader, "fields": fields}
+
+
 def normalize(decoded: DataFrame, fmt: str, db: str, reader: str | None = None) -> DataFrame:
     """The canonical change record for one format; `db` names the source database (from the topic), `reader`
     is the reader schema's text (Avro formats), whose annotations type the row columns."""

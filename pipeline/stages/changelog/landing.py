@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from cdc import decode, framing
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
-from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, rejections
+from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, read_schema, rejections
 from pipeline.stages.changelog.report import BatchReport
 from pipeline.config.settings import PipelineConfig
 from registry.ids import UnresolvedSchemaId
@@ -385,8 +385,8 @@ class Landing:
                 dead.append(self._dead(framed.where(F.col("schema_id").isin(list(writers))), "UnknownFormat",
                                        f"{exc}: land it with its own pipeline, or leave the topic out"))
                 continue
-            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers, reader,
-                               inflate=plan.compressed > 0)
+            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers,
+                               json.dumps(read_schema(schema, fmt)), inflate=plan.compressed > 0)
             decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names",
                             reader))
         if plan.json_rows:
