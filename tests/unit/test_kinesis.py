@@ -4,12 +4,14 @@ replays up to the recorded end, parents first, no batch when nothing is new)."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
-from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
+from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable, epoch_timestamp
 from pipeline.sources.kinesis.kpl import UserRecord, aggregate, deaggregate
 from pipeline.sources.kinesis.metadata import MetadataCommitter, MetadataUnavailable, ShardEnd
 from pipeline.sources.kinesis.options import ClientOptions, KinesisOptionError, sink_options, source_options
@@ -167,6 +169,32 @@ def test_throttling_is_retried_with_backoff_then_named() -> None:
     kinesis.client = _FlakyBoto(failures=3)
     with pytest.raises(KinesisUnavailable, match="list_shards .* failed after 3 attempts"):
         kinesis.call("list_shards")
+
+
+class _Answer:
+    """A raw HTTP body, as urllib3 hands it to botocore."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def stream(self) -> list[bytes]:
+        return [self.body]
+
+
+def test_arrival_times_are_parsed_to_the_same_instant_in_utc() -> None:
+    """Records' epoch arrival times skip dateutil's local zone (a third of a shard read's Python time), and
+    stay the instant Kinesis sent; a text timestamp is still parsed by botocore."""
+    from botocore.awsrequest import AWSResponse
+
+    kinesis = Kinesis(ClientOptions(keys=("key", "secret")))  # no request leaves: the answer is handed back below
+    body = json.dumps({"Records": [{"SequenceNumber": "1", "Data": "eA==", "PartitionKey": "k",
+                                    "ApproximateArrivalTimestamp": 1700000000.123}],
+                       "NextShardIterator": "next", "MillisBehindLatest": 0}).encode()
+    kinesis.client.meta.events.register("before-send.kinesis.GetRecords",
+                                        lambda **_: AWSResponse("http://fake", 200, {}, _Answer(body)))
+    arrived = kinesis.call("get_records", ShardIterator="it")["Records"][0]["ApproximateArrivalTimestamp"]
+    assert arrived == datetime.fromtimestamp(1700000000.123, timezone.utc) and arrived.tzinfo is timezone.utc
+    assert epoch_timestamp("2024-01-01T00:00:00Z") == datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 class _RecordingKinesis:

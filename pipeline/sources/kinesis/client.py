@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import boto3
@@ -17,6 +18,7 @@ import structlog
 from botocore.config import Config
 from botocore.credentials import AssumeRoleCredentialFetcher, DeferredRefreshableCredentials
 from botocore.exceptions import ClientError, ConnectionError as BotoConnectionError
+from botocore.utils import parse_timestamp
 
 from pipeline.sources.kinesis.options import ClientOptions
 
@@ -63,19 +65,35 @@ class Kinesis:
         raise AssertionError("unreachable")
 
 
+def epoch_timestamp(value: Any) -> datetime:
+    """A timestamp of an answer as a UTC datetime. Kinesis sends epoch seconds (every record's
+    `ApproximateArrivalTimestamp`), which botocore's own parser turns into a datetime in the local zone through
+    dateutil's `tzlocal`: a third of an executor's Python time reading a shard went there. The same instant,
+    from the C `fromtimestamp`; anything else (text) is botocore's."""
+    if isinstance(value, (int, float)):
+        return datetime.fromtimestamp(value, timezone.utc)
+    return parse_timestamp(value)
+
+
+def _botocore_session() -> botocore.session.Session:
+    session = botocore.session.Session()
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=epoch_timestamp)
+    return session
+
+
 def _session(options: ClientOptions) -> boto3.Session:
     """The default credential chain (environment, profile, instance role), or with `stsRoleArn` the role's
     temporary credentials from STS (cross-account reads, as in the seed), renewed by botocore before they
-    expire, so a query outlives its first hour."""
+    expire, so a query outlives its first hour. Timestamps are parsed by `epoch_timestamp`."""
     keys = dict(zip(("aws_access_key_id", "aws_secret_access_key"), options.keys or ()))
-    session = boto3.Session(region_name=options.region, **keys)
+    session = boto3.Session(region_name=options.region, botocore_session=_botocore_session(), **keys)
     if not options.sts_role_arn:
         return session
     fetcher = AssumeRoleCredentialFetcher(
         client_creator=functools.partial(session.client, endpoint_url=options.sts_endpoint_url or None),
         source_credentials=session.get_credentials(), role_arn=options.sts_role_arn,
         extra_args={"RoleSessionName": options.sts_session_name or "spark-aws-kinesis"})
-    assuming = botocore.session.Session()
+    assuming = _botocore_session()
     # botocore's own recipe for assumed-role sessions; it has no public setter for the credentials
     assuming._credentials = DeferredRefreshableCredentials(method="assume-role", refresh_using=fetcher.fetch_credentials)
     log.info("kinesis.role", role=options.sts_role_arn, sts=options.sts_endpoint_url or "the AWS endpoint")
