@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import os
 import socket
+from unittest import mock
 
 import pytest
 
@@ -111,3 +112,11 @@ def landed_source(cfg: PipelineConfig, stack: Stack, spark: SparkSession, tmp_pa
     from tests.integration.test_mirror import _landed_source
 
     return _landed_source(cfg, spark, tmp_path_factory.mktemp("landed"), "sh")
+
+
+@pytest.fixture
+def aws_keys(cfg: PipelineConfig) -> Iterator[None]:
+    """The stack's moto keys in the environment, where the Kinesis reader's default credential chain looks."""
+    with mock.patch.dict(os.environ, {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+                                      "AWS_REGION": cfg.aws.region}):
+        yield

@@ -30,7 +30,7 @@ from tables.lake import lake_table
 from tables.names import LakeNames, SourceTable, quote
 from tables.owners import Owners, TableNameCollision
 from tests.integration.test_odd_names import CHANGES as ODD_CHANGES
-from tests.integration.test_odd_names import _dms_metadata, _parquet, aws_keys, put_dms_files  # noqa: F401 (a fixture)
+from tests.integration.test_odd_names import _dms_metadata, _parquet, put_dms_files
 
 pytestmark = pytest.mark.integration
 

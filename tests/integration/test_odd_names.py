@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
-from unittest import mock
 
 import boto3
 import pytest
@@ -154,14 +151,6 @@ def test_dms_files_of_an_odd_table_folder_land_and_mirror(stack, spark, cfg: Pip
 
 
 # -- Kinesis: DMS JSON whose metadata names an odd table, and a record that names none -----------------------
-
-@pytest.fixture
-def aws_keys(cfg: PipelineConfig) -> Iterator[None]:
-    """The stack's moto keys in the environment, where the Kinesis reader's default credential chain looks."""
-    with mock.patch.dict(os.environ, {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-                                      "AWS_REGION": cfg.aws.region}):
-        yield
-
 
 def test_kinesis_records_of_an_odd_table_land_and_one_without_a_table_is_a_dead_letter(
         stack, spark, cfg: PipelineConfig, tmp_path: Path, aws_keys) -> None:
