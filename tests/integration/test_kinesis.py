@@ -472,3 +472,60 @@ def test_a_value_the_learned_type_would_cast_does_not_fit_it(spark) -> None:
     shapes = spark.createDataFrame([(v,) for v in values], "v string").select(
         decode.fits(decode.row_shape(decode.parsed_json(F.col("v"))), "OBJECT<id: BIGINT, n: STRING>").alias("fits"))
     assert [row["fits"] for row in shapes.collect()] == [False, False, False, True, False, False, False, False]
+
+
+def test_records_that_fit_a_learned_type_decode_from_their_text_as_from_their_variant(spark) -> None:
+    """`decode.dms_json_fitting` (one `from_json`) gives every record that `decode.fits` exactly what
+    `decode.dms_json` (`try_variant_get`) gives it, value for value and validity, with escapes, extreme and
+    negative-zero numbers, nulls, absent keys and metadata fields of their own; records whose values the two
+    could decode differently do not fit. Each record is parsed once by the `from_json` decode."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from cdc import decode
+
+    row_type = "OBJECT<amount: DECIMAL(6,2), flag: BOOLEAN, id: BIGINT, name: STRING, rate: DOUBLE, `x-y`: BIGINT>"
+    meta = {"timestamp": "2024-01-02T03:04:05.000000Z", "record-type": "data", "operation": "update",
+            "partition-key-type": "primary-key", "schema-name": "shop", "table-name": "t", "transaction-id": 9,
+            "transaction-record-id": 3}
+    fitting = [
+        {"data": {"amount": 1234.56, "flag": True, "id": 1, "name": "n", "rate": 0.5, "x-y": 2}, "metadata": meta},
+        {"data": {"name": "a\"b\\c\u00e9\n\t\U0001F600 \u0000", "id": -9223372036854775808}, "metadata": meta},
+        {"data": {"id": 9223372036854775807, "amount": -0.01, "rate": -0.0}, "metadata": meta},
+        {"data": {"amount": 12.5, "rate": 0.12345678901234567}, "metadata": meta},
+        {"data": {"amount": -0.0, "rate": 12345678901234567, "flag": False}, "metadata": meta},
+        {"data": {"rate": 1e-5, "amount": 0.1}, "metadata": meta},
+        {"data": {"amount": None, "flag": None, "id": None, "name": None, "rate": None, "x-y": None}, "metadata": meta},
+        {"data": {}, "metadata": meta},
+        {"data": {"id": 2}, "metadata": {**meta, "prev-transaction-id": 8, "commit-timestamp": "x", "z": 1.5}},
+        {"data": {"id": 3}, "metadata": {"operation": "insert", "timestamp": "2024-01-02T03:04:05Z"}},  # no record id
+        {"data": {"id": 4}, "metadata": {**meta, "operation": "bogus", "transaction-id": None}},
+        {"data": {"id": 5}, "metadata": {**meta, "timestamp": "not a time"}},
+        {"data": {"id": 6}},  # no metadata
+    ]
+    other = [
+        {"data": {"id": 1.5}, "metadata": meta},  # 1 into the BIGINT
+        {"data": {"id": "12"}, "metadata": meta},  # 12
+        {"data": {"name": 12}, "metadata": meta},  # "12"
+        {"data": {"amount": 0.125}, "metadata": meta},  # 0.13
+        {"data": {"id": 1}, "metadata": {**meta, "operation": 1}},  # "1"
+        {"data": {"id": 1}, "metadata": {**meta, "transaction-record-id": "3"}},  # 3
+        {"data": {"id": 1}, "metadata": {**meta, "extra": {"a": 1}}},  # a field of no scalar type
+        {"data": {"id": 1}, "metadata": meta, "before-image": {"id": 0}},  # a key beside data and metadata
+        {"data": None, "metadata": meta},
+    ]
+    texts = [json.dumps(record) for record in fitting + other] + ['{"data": {"id": 1}, "data": {"id": 2}}']
+    rows = (spark.createDataFrame(list(enumerate(texts)), "i int, value string")
+            .withColumn(decode.PARSED, decode.parsed_json(F.col("value"))))
+    fits = {row["i"] for row in rows.where(decode.fits(decode.row_shape(F.col(decode.PARSED)), row_type)).collect()}
+    assert fits == set(range(len(fitting)))
+    fitted = rows.where(F.col("i").isin(*fits))
+
+    def decoded(frame) -> dict[int, str]:
+        return {row["i"]: repr(row.asDict(recursive=True)) for row in frame.select("i", "v", decode.VALID).collect()}
+
+    by_text = decode.dms_json_fitting(fitted, row_type)
+    assert decoded(by_text) == decoded(decode.dms_json(fitted, row_type))
+    assert by_text.where(decode.VALID).count() == len(fitting) - 4
+    assert by_text._jdf.queryExecution().optimizedPlan().toString().count("from_json") == 1

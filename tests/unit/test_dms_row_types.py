@@ -1,5 +1,5 @@
-"""Learned DMS JSON row types (`cdc/decode.py`): which record shapes decode exactly with a learned type, and how
-types merge. The shapes and merged types below are what Spark 4.1's `schema_of_variant` and
+"""Learned DMS JSON row types (`cdc/decode.py`): which record shapes (`data` and `metadata`) decode exactly with a
+learned type, and how types merge. The shapes and merged types below are what Spark 4.1's `schema_of_variant` and
 `schema_of_variant_agg` print for those records (tests/integration/test_kinesis.py runs them in Spark)."""
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ import pytest
 from cdc import decode
 
 LEARNED = "OBJECT<`a b`: BIGINT, amount: DECIMAL(4,2), name: STRING, note: VOID, rate: DOUBLE>"
+METADATA = ("OBJECT<operation: STRING, `partition-key-type`: STRING, `record-type`: STRING, `schema-name`: STRING, "
+            "`table-name`: STRING, timestamp: STRING, `transaction-id`: BIGINT, `transaction-record-id`: BIGINT>")
 
 
-def _fits(shape: str, row_type: str = LEARNED) -> bool:
+def _fits(data: str, row_type: str = LEARNED, metadata: str | None = METADATA) -> bool:
+    """Whether a record of this `data` shape (and `metadata` shape, None: no metadata) fits."""
+    shape = f"OBJECT<data: {data}" + (f", metadata: {metadata}>" if metadata is not None else ">")
     return re.search(decode.shape_pattern(row_type), shape) is not None
 
 
@@ -44,6 +48,41 @@ def test_a_shape_that_merges_into_the_learned_type_unchanged_fits(shape: str) ->
 ])
 def test_a_shape_the_learned_type_would_change_does_not_fit(shape: str) -> None:
     assert not _fits(shape)
+
+
+@pytest.mark.parametrize("metadata", [
+    METADATA,
+    None,  # no metadata: the record is not valid, whichever way it is decoded
+    "OBJECT<operation: STRING, timestamp: VOID>",  # fields absent or null
+    "OBJECT<`commit-timestamp`: STRING, operation: STRING, `prev-transaction-id`: BIGINT, z: DECIMAL(2,1)>",
+    "OBJECT<`1`: BOOLEAN, `a``b`: DOUBLE, `transaction-record-id`: BIGINT, `zz-top`: VOID>",
+])
+def test_metadata_fits_when_each_field_it_reads_has_its_type_and_the_others_are_scalars(metadata: str | None) -> None:
+    assert _fits("OBJECT<name: STRING>", metadata=metadata)
+
+
+@pytest.mark.parametrize("metadata", [
+    "OBJECT<operation: BIGINT>",  # 1 would be read as "1"
+    "OBJECT<timestamp: DECIMAL(2,1)>",
+    "OBJECT<`transaction-id`: STRING>",  # "5" would be read as 5
+    "OBJECT<`transaction-record-id`: DOUBLE>",
+    "OBJECT<`table-name`: OBJECT<a: STRING>>",
+    "OBJECT<extra: OBJECT<a: BIGINT>, operation: STRING>",  # a field of no scalar type
+    "OBJECT<extra: ARRAY<BIGINT>>",
+    "STRING",
+])
+def test_metadata_a_field_of_another_type_does_not_fit(metadata: str) -> None:
+    assert not _fits("OBJECT<name: STRING>", metadata=metadata)
+
+
+@pytest.mark.parametrize("shape", [
+    "OBJECT<`before-image`: OBJECT<name: STRING>, data: OBJECT<name: STRING>>",  # a key beside data and metadata
+    "OBJECT<metadata: OBJECT<operation: STRING>>",  # no data
+    "OBJECT<data: VOID>",
+    "STRING",
+])
+def test_a_record_of_another_shape_does_not_fit(shape: str) -> None:
+    assert re.search(decode.shape_pattern(LEARNED), shape) is None
 
 
 def test_decimal_fields_take_bigints_when_they_have_the_integer_digits_of_one() -> None:

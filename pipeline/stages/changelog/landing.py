@@ -69,6 +69,7 @@ class TopicPlan:
     row_type: str | None = None
     framed: dict[str, int] = field(default_factory=dict)
     compressed: int = 0  # framed rows with a zlib-compressed body (Glue)
+    fitting: bool = False  # the DMS JSON rows fit `row_type` exactly (`decode.fits`): `decode.dms_json_fitting`
 
     def add(self, kind: Kind, schema_id: str | None, rows: int, row_type: str | None, compressed: int) -> None:
         self.rows += rows
@@ -176,15 +177,15 @@ class Landing:
                       *(F.count_if(F.col(FITS) & (F.col("topic") == t)).alias(f"t{i}") for i, t in enumerate(topics)))
             seen = Observation(f"learned {report.batch_id}")
             dead, done = self._topic(raw.observe(seen, *counts).where(F.col(FITS) & (F.col("topic") == topics[0])),
-                                     TopicPlan(topics[0], json_rows=1, row_type=row_types[topics[0]]),
+                                     TopicPlan(topics[0], json_rows=1, row_type=row_types[topics[0]], fitting=True),
                                      report.batch_id, report)
             observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
             landed = {t: observed[f"t{i}"] for i, t in enumerate(topics)}
             for topic in topics[1:]:
                 if landed[topic]:
                     dead += self._topic(raw.where(F.col(FITS) & (F.col("topic") == topic)),
-                                        TopicPlan(topic, json_rows=1, row_type=row_types[topic]), report.batch_id,
-                                        report)[0]
+                                        TopicPlan(topic, json_rows=1, row_type=row_types[topic], fitting=True),
+                                        report.batch_id, report)[0]
             report.rows_in += sum(landed.values())  # the rest's rows are counted by its plan
             for topic, n in landed.items():
                 report.records[topic] = report.records.get(topic, 0) + n
@@ -390,7 +391,9 @@ class Landing:
             decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names",
                             reader))
         if plan.json_rows:
-            part = decode.dms_json(rows.where(F.col("kind") == Kind.JSON.value), plan.row_type)
+            json_rows = rows.where(F.col("kind") == Kind.JSON.value)
+            part = (decode.dms_json_fitting(json_rows, plan.row_type) if plan.fitting and plan.row_type
+                    else decode.dms_json(json_rows, plan.row_type))
             decoded.append(("dms-json", part, "WireFormatError",
                             "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
                             "(operation, timestamp, transaction-record-id)", None))
