@@ -156,7 +156,13 @@ class Landing:
         for the next topics). What they do not cover exactly (`decode.fits`: another topic, a new key, another
         type; not DMS JSON) is counted on the way and, only when there is some, landed the planned way under a
         writer id of its own, so that a replay given the same `row_types` skips or lands each part once. With
-        no row types the batch lands the planned way under the batch's own writer id. Dead letters last."""
+        no row types the batch lands the planned way under the batch's own writer id. Dead letters last.
+
+        The batch is cached only when something reads it again (the next topics, or the planned way). With one
+        learned topic it is not: Spark's adaptive execution turns a cache in a write's plan into a job of its own
+        that reads the whole batch into the cache first, so the read and the landing ran one after the other,
+        not as one job. The rest, when there is some, is read again from the source (a second read of a batch
+        reads exactly its records) and cached by itself."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -164,9 +170,11 @@ class Landing:
         cases = [(F.col("topic") == topic, decode.fits(shape, row_type)) for topic, row_type in row_types.items()]
         fitting = (functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0])) if cases
                    else F.lit(False))
-        cached = self._classified(batch, registry_frames=False).persist()
+        shared = len(row_types) != 1
+        classified = self._classified(batch, registry_frames=False)
+        cached = [classified.persist()] if shared else []
         # which rows fit is worked out above the cache, which keeps the batch as the planned way caches it
-        raw = cached.withColumn(FITS, (F.col("kind") == Kind.JSON.value) & F.coalesce(fitting, F.lit(False)))
+        raw = classified.withColumn(FITS, (F.col("kind") == Kind.JSON.value) & F.coalesce(fitting, F.lit(False)))
         try:
             if not row_types:
                 plans = self._plan(raw)
@@ -192,6 +200,9 @@ class Landing:
             plans: dict[str, TopicPlan] = {}
             if observed["rest"]:
                 rest, rows = BatchReport(report.batch_id, writer=f"{report.writer}+rest"), raw.where(~F.col(FITS))
+                if not shared:
+                    rows = rows.persist()
+                    cached.append(rows)
                 plans = self._plan(rows)
                 dead += self._planned(rows, rest, plans)
                 report.merge(rest)
@@ -199,7 +210,8 @@ class Landing:
             self.append_dead_letters(dead, report)
             return Learned(landed, plans)
         finally:
-            cached.unpersist()
+            for frame in cached:
+                frame.unpersist()
 
     def _classified(self, batch: DataFrame, registry_frames: bool = True) -> DataFrame:
         """The rows with their writer schema id, whether the body is compressed, their kind (`cdc.framing`) and,
