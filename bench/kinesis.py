@@ -16,8 +16,12 @@ on the bench ports:
    - end to end: the whole `run` (starting the query again from its checkpoint, and the last trigger that
      finds nothing new and lets the run stop).
 
-Usage: bench/kinesis.py [--events 200000] [--scaling-events 50000] [--warmup 5000] [--set k=v ...]
-(`--scaling-events`: the 1- and 8-shard runs, which show the scaling, not the target.)
+Each run also prints the CPU seconds each process used (`bench/cpu.py`: moto, the JVM with its JIT compiler and
+garbage collector threads, the Python workers, the driver), raw's and the stage's, which the machine's load
+does not inflate the way it does wall time.
+
+Usage: bench/kinesis.py [--events 200000] [--scaling-events 50000] [--warmup 5000] [--shards 1,4,8] [--set k=v ...]
+(`--scaling-events`: the 1- and 8-shard runs, which show the scaling, not the target; `--shards`: the runs to make.)
 Ends with: `kinesis: <records/s> records/s, <ratio>x raw GetRecords` (the 4-shard run, steady state; the end
 to end ratio is printed on the line before).
 """
@@ -39,6 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.cpu import Snapshot  # noqa: E402
 from bench.stack import SETTINGS  # noqa: E402
 from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.runtime import logs  # noqa: E402
@@ -168,9 +173,14 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int, wa
     _, _, after = raw_get_records(cfg, stream, {})
     time_stage(cfg, spark, stream, home)
     records = produce(cfg, home, stream, shards, events, snapshot=0)
+    moto, jvm = f"moto.server -H {cfg.stack.host} -p {cfg.stack.moto_port}", spark._jvm.ProcessHandle.current().pid()
+    before = Snapshot.take(moto, None)
     raw_records, raw_s, _ = raw_get_records(cfg, stream, after)
+    raw_cpu = Snapshot.take(moto, None) - before
     assert raw_records == records, f"GetRecords read {raw_records} of {records} records"
+    before = Snapshot.take(moto, jvm)
     stage = time_stage(cfg, spark, stream, home)
+    stage_cpu = Snapshot.take(moto, jvm) - before
     landed = spark.table(table).count()
     assert landed == warm + records, f"the stage landed {landed - warm} of {records} records"
     run = Run(shards, records, raw_s, stage)
@@ -179,6 +189,9 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int, wa
           f"stage steady state {run.rate(steady):,.0f} records/s ({steady:.1f} s), {run.ratio(steady):.2f}x; "
           f"end to end {run.rate(whole):,.0f} records/s ({whole:.1f} s), {run.ratio(whole):.2f}x "
           f"(before the first batch {stage.before_s:.1f} s, after the last {stage.after_s:.1f} s)", flush=True)
+    print(f"  CPU: raw {raw_cpu.service + raw_cpu.own:.1f} s (moto {raw_cpu.service:.1f}, its readers {raw_cpu.own:.1f}); "
+          f"the stage's run {stage_cpu.service + stage_cpu.jvm + stage_cpu.workers + stage_cpu.own:.1f} s "
+          f"({stage_cpu.describe('moto')})", flush=True)
     return run
 
 
@@ -187,6 +200,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--events", type=int, default=200_000, help="changes in the 4-shard (target) run")
     parser.add_argument("--scaling-events", type=int, default=50_000, help="changes in the 1- and 8-shard runs")
     parser.add_argument("--warmup", type=int, default=5_000, help="changes landed untimed first, in each stream")
+    parser.add_argument("--shards", default=",".join(map(str, SHARD_COUNTS)), help="the shard counts to run")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="a setting, section.key=value")
     return parser.parse_args()
 
@@ -203,12 +217,14 @@ def main() -> None:
         spark = get_spark(cfg)
         runs = {shards: measure(cfg, spark, home, shards,
                                 args.events if shards == TARGET_SHARDS else args.scaling_events, args.warmup)
-                for shards in SHARD_COUNTS}
+                for shards in map(int, args.shards.split(","))}
     finally:
         if started:
             stack.down()
         shutil.rmtree(home, ignore_errors=True)
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
+    if TARGET_SHARDS not in runs:
+        return
     target = runs[TARGET_SHARDS]
     steady, whole = target.stage.steady_s, target.stage.end_to_end_s
     print(f"end to end (the query started from its checkpoint, the last empty trigger): "
