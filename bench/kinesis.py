@@ -108,6 +108,7 @@ class StageTime:
     end_to_end_s: float  # the whole run
     before_s: float  # from the run's start to the start of its first micro-batch with records
     after_s: float  # from the end of its last micro-batch with records to the run's end
+    batches: list[float]  # each micro-batch with records: seconds
 
 
 class Batches:
@@ -149,7 +150,7 @@ def time_stage(cfg: PipelineConfig, spark, stream: str, home: Path) -> StageTime
         spark.streams.removeListener(batches.listener)
     first, (last, last_s) = batches.seen[0][0], batches.seen[-1]
     return StageTime(sum(seconds for _, seconds in batches.seen), ended - started, first - started,
-                     ended - last - last_s)
+                     ended - last - last_s, [seconds for _, seconds in batches.seen])
 
 
 def produce(cfg: PipelineConfig, home: Path, stream: str, shards: int, events: int, snapshot: int) -> int:
@@ -186,7 +187,8 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int, wa
     run = Run(shards, records, raw_s, stage)
     steady, whole = stage.steady_s, stage.end_to_end_s
     print(f"{shards} shard(s), {records:,} records: raw GetRecords {run.rate(raw_s):,.0f} records/s ({raw_s:.1f} s); "
-          f"stage steady state {run.rate(steady):,.0f} records/s ({steady:.1f} s), {run.ratio(steady):.2f}x; "
+          f"stage steady state {run.rate(steady):,.0f} records/s ({steady:.1f} s in {len(stage.batches)} batches: "
+          f"{', '.join(f'{s:.1f}' for s in stage.batches)}), {run.ratio(steady):.2f}x; "
           f"end to end {run.rate(whole):,.0f} records/s ({whole:.1f} s), {run.ratio(whole):.2f}x "
           f"(before the first batch {stage.before_s:.1f} s, after the last {stage.after_s:.1f} s)", flush=True)
     print(f"  CPU: raw {raw_cpu.service + raw_cpu.own:.1f} s (moto {raw_cpu.service:.1f}, its readers {raw_cpu.own:.1f}); "
