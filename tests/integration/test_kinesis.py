@@ -572,3 +572,27 @@ def test_records_that_fit_a_learned_type_decode_from_their_text_as_from_their_va
     assert decoded(by_text) == decoded(decode.dms_json(fitted, row_type))
     assert by_text.where(decode.VALID).count() == len(fitting) - 4
     assert by_text._jdf.queryExecution().optimizedPlan().toString().count("from_json") == 1
+
+
+def test_every_batch_reads_its_shards_with_the_same_generated_code(spark) -> None:
+    """The batch's first offset is joined, not a literal: Spark writes literals into the Java it generates, so
+    with `batch id << 32` in the projection every batch's read, parse and fit check were new code for Janino to
+    compile and the JIT to compile again. Only the one-row frame's code differs between batches."""
+    from pyspark.sql import functions as F
+
+    from pipeline.stages.changelog.transports.kinesis import kafka_shaped
+
+    rows = spark.range(3, numPartitions=1).select(  # not a local relation, which Spark would fold
+        F.lit('{"data": {"id": 1}}').cast("binary").alias("data"), F.lit("st").alias("streamName"),
+        F.lit("shop.t.1").alias("partitionKey"), F.col("id").cast("string").alias("sequenceNumber"),
+        F.timestamp_seconds("id").alias("approximateArrivalTimestamp"), F.lit("shardId-000000000002").alias("shardId"))
+
+    def code(batch_id: int) -> tuple[list[int], str]:
+        frame = kafka_shaped(rows, batch_id)
+        offsets = [row["offset"] for row in frame.collect()]  # the broadcast makes the plan adaptive: run it
+        found = frame._jdf.queryExecution().debug().codegenToSeq()
+        return offsets, max((found.apply(i)._2() for i in range(found.size())), key=len)
+
+    (first, first_code), (second, second_code) = code(0), code(1)
+    assert first == [1, 2, 3] and second == [(1 << 32) + 1, (1 << 32) + 2, (1 << 32) + 3]
+    assert first_code == second_code
