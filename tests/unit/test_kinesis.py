@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable, epoch_timestamp
+from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable, epoch_timestamp, shared
 from pipeline.sources.kinesis.kpl import UserRecord, aggregate, deaggregate
 from pipeline.sources.kinesis.metadata import MetadataCommitter, MetadataUnavailable, ShardEnd
 from pipeline.sources.kinesis.options import ClientOptions, KinesisOptionError, sink_options, source_options
@@ -197,6 +197,13 @@ def test_arrival_times_are_parsed_to_the_same_instant_in_utc() -> None:
     assert epoch_timestamp("2024-01-01T00:00:00Z") == datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
+def test_shard_reads_of_one_process_share_a_client_per_options() -> None:
+    """Making a client loads botocore's models anew, which every shard's read paid in every batch."""
+    one, other = ClientOptions(keys=("key", "secret")), ClientOptions(keys=("key", "secret"), region="eu-west-1")
+    assert shared(one) is shared(ClientOptions(keys=("key", "secret")))
+    assert shared(other) is not shared(one) and shared(other).client.meta.region_name == "eu-west-1"
+
+
 class _RecordingKinesis:
     """PutRecords that fails the entries whose data is in `refuse` once."""
 
@@ -284,7 +291,7 @@ def _read(reader: KinesisStreamReader, fake: _FakeStream, start: dict, end: dict
     rows: list[bytes] = []
     for partition in reader.partitions(start, end):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(shard_reader, "Kinesis", lambda options: fake)
+            patch.setattr(shard_reader, "shared", lambda options: fake)
             for batch in reader.read(partition):
                 rows += batch.column("data").to_pylist()
     return rows

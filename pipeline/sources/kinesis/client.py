@@ -65,6 +65,14 @@ class Kinesis:
         raise AssertionError("unreachable")
 
 
+@functools.cache
+def shared(options: ClientOptions) -> Kinesis:
+    """One client per process and options, for the executors' shard reads: making one loads botocore's models
+    anew (0.04-0.1 CPU-s), which every shard's read paid in every batch. Python workers serve task after task,
+    one at a time, and a boto3 client may be used by any thread."""
+    return Kinesis(options)
+
+
 def epoch_timestamp(value: Any) -> datetime:
     """A timestamp of an answer as a UTC datetime. Kinesis sends epoch seconds (every record's
     `ApproximateArrivalTimestamp`), which botocore's own parser turns into a datetime in the local zone through

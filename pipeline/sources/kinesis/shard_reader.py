@@ -22,7 +22,7 @@ import structlog
 from botocore.exceptions import ClientError
 from pyspark.sql.datasource import InputPartition
 
-from pipeline.sources.kinesis.client import Kinesis, error_code
+from pipeline.sources.kinesis.client import Kinesis, error_code, shared
 from pipeline.sources.kinesis.kpl import deaggregate
 from pipeline.sources.kinesis.metadata import MetadataCommitter, ShardEnd
 from pipeline.sources.kinesis.options import SourceOptions
@@ -50,7 +50,7 @@ def read_partition(options: SourceOptions, partition: ShardPartition) -> Iterato
     """The partition's records; a first read records where it ended once every record was handed over."""
     metadata = MetadataCommitter(options.metadata)
     recorded = metadata.get(partition.batch, partition.shard_id)
-    reader = ShardReader(options, partition, Kinesis(options.client))
+    reader = ShardReader(options, partition, shared(options.client))
     if recorded is not None:
         yield from reader.read(until=recorded.end)
         return
