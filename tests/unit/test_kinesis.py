@@ -144,6 +144,24 @@ def test_plain_and_corrupt_records_pass_through_whole() -> None:
     assert deaggregate(bytes(corrupt), "k") == [UserRecord("k", bytes(corrupt))]
 
 
+@pytest.mark.parametrize("aggregated", [True, False])
+def test_an_answer_becomes_one_row_per_user_record(aggregated: bool) -> None:
+    """Rows of an answer with a KPL aggregate in it, and of one without (which is not taken apart record by
+    record): each user record with its partition key, its Kinesis record's sequence number and arrival time."""
+    from pipeline.sources.kinesis.shard_reader import arrow_batch
+
+    first = (aggregate([UserRecord("k1", b"one"), UserRecord("k2", b"two")]) if aggregated else b"plain")
+    records = [{"Data": first, "PartitionKey": "outer", "SequenceNumber": "7", "ApproximateArrivalTimestamp": 1.5},
+               {"Data": b"three", "PartitionKey": "k3", "SequenceNumber": "8",
+                "ApproximateArrivalTimestamp": datetime(2024, 1, 1, tzinfo=timezone.utc)}]
+    rows = arrow_batch(records, "st", "shardId-1").to_pylist()
+    users = [(b"one", "k1", "7"), (b"two", "k2", "7")] if aggregated else [(b"plain", "outer", "7")]
+    assert [(row["data"], row["partitionKey"], row["sequenceNumber"]) for row in rows] == [*users, (b"three", "k3", "8")]
+    assert {(row["streamName"], row["shardId"]) for row in rows} == {("st", "shardId-1")}
+    assert [row["approximateArrivalTimestamp"] for row in rows] == (
+        [datetime.fromtimestamp(1.5, timezone.utc)] * len(users) + [datetime(2024, 1, 1, tzinfo=timezone.utc)])
+
+
 # -- retries and PutRecords --------------------------------------------------------------------------------
 
 
