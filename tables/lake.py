@@ -264,18 +264,22 @@ def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:
 
 @contextmanager
 def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
-    """Session settings for the statements inside the block only.
+    """Session settings for the statements inside the block only; the values from before come back after it.
 
     Commit metadata travels through session settings, so a stage gives each table its own session
     (`SparkSession.newSession()`): two stages in one process never see each other's metadata.
     """
+    before = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
     try:
         yield
     finally:
-        for key in settings:
-            spark.conf.unset(key)
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 @dataclass(frozen=True)

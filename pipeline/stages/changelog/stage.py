@@ -22,9 +22,10 @@ import structlog
 from pipeline.stages.changelog.errors import DeadLetterBoundExceeded, StageError
 from pipeline.stages.changelog.landing import Landing
 from pipeline.stages.changelog.report import BatchReport
-from pipeline.stages.changelog.transports import transport_for
+from pipeline.stages.changelog.transports import NO_DATA_PROGRESS_INTERVAL, transport_for
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.hadoop_files import read_text, write_text
+from tables.lake import session_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -53,9 +54,11 @@ class ChangelogStage:
         """Start the query; `_watch` stops a run until caught up once the transport says it is drained."""
         self._until_caught_up = until_caught_up
         self.landing.prepare()
-        return (self.transport.open(self.spark).writeStream.foreachBatch(self._process)
-                .option("checkpointLocation", str(self.cfg.changelog.checkpoint)).queryName("changelog")
-                .trigger(**self.transport.trigger(until_caught_up)).start())
+        writer = (self.transport.open(self.spark).writeStream.foreachBatch(self._process)
+                  .option("checkpointLocation", str(self.cfg.changelog.checkpoint)).queryName("changelog")
+                  .trigger(**self.transport.trigger(until_caught_up)))
+        with session_conf(self.spark, {NO_DATA_PROGRESS_INTERVAL: "0"} if until_caught_up else {}):
+            return writer.start()
 
     def run(self, until_caught_up: bool = False) -> None:
         """Run the query, logging one progress line per batch; SIGTERM lets the running batch finish.

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from pipeline.stages.changelog.landing import Landing
     from pipeline.stages.changelog.report import BatchReport
 
+# Spark reports a trigger that planned no batch only this often; a run until caught up sets it to 0, so that the
+# first trigger that finds nothing new is reported at once (`found_nothing_new`)
+NO_DATA_PROGRESS_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
+
 # changelog.source -> the module and class that carry it
 TRANSPORTS = {"kafka": ("pipeline.stages.changelog.transports.kafka", "KafkaTransport"),
               "kinesis": ("pipeline.stages.changelog.transports.kinesis", "KinesisTransport"),
@@ -70,6 +74,17 @@ class Transport(Protocol):
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         """Land dead letters again (their Kafka-shaped columns), only counting those that still fail."""
         ...
+
+
+def found_nothing_new(query: StreamingQuery) -> bool:
+    """Whether the query's last finished trigger planned no batch: each source's end offset is its start.
+
+    A progress report describes a trigger that has finished. The query's status does not serve: Spark 4.1 gives
+    every trigger a new execution context whose status says "no data available" until that trigger's offsets are
+    planned, so a poll while the next batch is being planned would stop a query with records still to read."""
+    progress = query.lastProgress
+    return progress is not None and all(source["startOffset"] == source["endOffset"]
+                                        for source in progress["sources"])
 
 
 def transport_for(cfg: PipelineConfig) -> Transport:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc import decode
 from pipeline.stages.changelog.errors import StageError
-from pipeline.stages.changelog.transports import Outage
+from pipeline.stages.changelog.transports import Outage, found_nothing_new
 from pipeline.config.settings import AwsSettings, PipelineConfig
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
 from pipeline.sources.kinesis.options import ClientOptions
@@ -211,13 +211,8 @@ class KinesisTransport:
         return {"processingTime": "0 seconds" if until_caught_up else self.cfg.changelog.trigger_interval}
 
     def drained(self, query: StreamingQuery) -> bool:
-        """The last finished trigger asked the source for new records and found none. Spark shows a trigger as
-        idle ("Waiting for data to arrive", not active) only while it sleeps `pollingDelay` (10 ms) before the
-        next trigger, which `processingTime` 0 starts at once: a poll a second rarely saw that once a trigger
-        took long (asking moto about big shards took 12 s at 200k records). `isDataAvailable` is what the last
-        finished trigger found, and keeps through the next one's offset check; before the first trigger of a
-        query has finished there is no progress report."""
-        return query.lastProgress is not None and not query.status["isDataAvailable"]
+        """The last finished trigger asked every shard for a record after its position and found none."""
+        return found_nothing_new(query)
 
     def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:
         row_types = self.row_types.of(landing.spark, report.batch_id)
