@@ -197,7 +197,8 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int, wa
           f"{', '.join(f'{s:.1f}' for s in stage.batches)}), {run.ratio(steady):.2f}x; "
           f"end to end {run.rate(whole):,.0f} records/s ({whole:.1f} s), {run.ratio(whole):.2f}x "
           f"(before the first batch {stage.before_s:.1f} s, after the last {stage.after_s:.1f} s)", flush=True)
-    print(f"  CPU: raw {raw_cpu.service + raw_cpu.own:.1f} s (moto {raw_cpu.service:.1f}, its readers {raw_cpu.own:.1f}); "
+    print(f"  CPU: raw {raw_cpu.service + raw_cpu.own:.1f} s (moto {raw_cpu.service:.1f}, "
+          f"its readers {raw_cpu.own:.1f}); "
           f"the stage's run {stage_cpu.service + stage_cpu.jvm + stage_cpu.workers + stage_cpu.own:.1f} s "
           f"({stage_cpu.describe('moto')})", flush=True)
     return run
