@@ -14,7 +14,7 @@ def test_python_workers_start_with_the_executor_modules_imported(spark: SparkSes
     from pyspark.sql import functions as F
 
     @F.udf("array<string>")
-    def loaded(_: int) -> list[str]:  # what a worker holds before its task imports anything
+    def loaded(_):  # what a worker holds before its task imports anything (no type hints: pyspark would read them)
         import sys
 
         return sorted(name for name in PRELOADED if name in sys.modules)
@@ -28,7 +28,7 @@ def test_python_workers_start_with_what_the_daemon_imported_frozen(spark: SparkS
     from pyspark.sql import functions as F
 
     @F.udf("long")
-    def frozen(_: int) -> int:
+    def frozen(_):
         import gc
 
         return gc.get_freeze_count()
