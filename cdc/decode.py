@@ -181,7 +181,10 @@ def _metadata_pattern() -> str:
     read = sorted((name.replace("_", "-"), "BIGINT" if kind == "bigint" else "STRING")
                   for name, kind in DMS_METADATA.items())
     names = "|".join(_quoted(_printed(name)) for name, _ in read)
-    other = rf"(?:(?!(?:{names}): )(?:`(?:[^`]|``)*`|[A-Za-z0-9_]+): [A-Z_]+(?:\(\d+,\d+\))?(?:, |(?=>)))*"
+    # possessive (`*+`): a run of other fields never gives one back, since what follows it is a field it cannot
+    # take (one the decode reads) or the end; backtracking into the runs made a failing match try every way of
+    # sharing the other fields among them, exponential in their number (16 took seconds a row)
+    other = rf"(?:(?!(?:{names}): )(?:`(?:[^`]|``)*`|[A-Za-z0-9_]+): [A-Z_]+(?:\(\d+,\d+\))?(?:, |(?=>)))*+"
     return other + "".join(_optional(_quoted(_printed(name)), f"{kind}|VOID") + other for name, kind in read)
 
 
