@@ -1,8 +1,10 @@
-"""When a run until caught up may stop: the check against a real streaming query, held in the middle of planning.
+"""When a run until caught up may stop: the check against a real streaming query, held in the middle of a trigger.
 
 A Kinesis run until caught up once stopped with records left: it read the query's status, which Spark 4.1
 resets to "no data available" at the start of every trigger, so a poll while the next batch was being planned
-saw a drained source. The source below blocks its offset call at that moment, so the poll lands there.
+saw a drained source. Reading only the last progress report instead would stop a query landing a batch of
+records that arrived after an empty trigger. The source below blocks its offset call, or its read, so that the
+check is made at those moments.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from tables.lake import session_conf
 
 def _gated_source(folder: Path):
     """A source of `feed` rows (a number in a file). Its first offset call answers at once; later ones wait
-    while the file `gate` exists, saying so in the file `planning`. Defined here so that Spark's Python workers
-    get it by value."""
+    while the file `gate` exists, saying so in the file `planning`. A read waits while the file `read-gate`
+    exists, saying so in the file `reading`. Defined here so that Spark's Python workers get it by value."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
     class GatedReader(DataSourceStreamReader):
@@ -37,6 +39,9 @@ def _gated_source(folder: Path):
 
         def read(self, partition: InputPartition):
             first, end = partition.value
+            while (folder / "read-gate").exists():
+                (folder / "reading").touch()
+                time.sleep(0.05)
             yield from ((row,) for row in range(first, end))
 
     class Gated(DataSource):
@@ -60,15 +65,21 @@ def _wait_for(condition, what: str, timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
+def _start(spark, folder: Path):
+    """The gated source into a memory table named after the folder, with no-data triggers reported at once."""
+    spark.dataSource.register(_gated_source(folder))
+    with session_conf(spark, {NO_DATA_PROGRESS_INTERVAL: "0"}):
+        query = (spark.readStream.format("gated").load().writeStream.format("memory").queryName(folder.name)
+                 .option("checkpointLocation", str(folder / "checkpoint")).trigger(processingTime="0 seconds")
+                 .start())
+    assert spark.conf.get(NO_DATA_PROGRESS_INTERVAL, None) is None  # the session's own setting is back
+    return query
+
+
 def test_a_query_planning_the_batch_after_one_with_rows_has_not_found_nothing_new(spark, tmp_path: Path) -> None:
     (tmp_path / "feed").write_text("3")
     (tmp_path / "gate").touch()
-    spark.dataSource.register(_gated_source(tmp_path))
-    with session_conf(spark, {NO_DATA_PROGRESS_INTERVAL: "0"}):
-        query = (spark.readStream.format("gated").load().writeStream.format("noop")
-                 .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="0 seconds")
-                 .start())
-    assert spark.conf.get(NO_DATA_PROGRESS_INTERVAL, None) is None  # the session's own setting is back
+    query = _start(spark, tmp_path)
     try:
         _wait_for((tmp_path / "planning").exists, "the trigger after the first batch to plan")
         assert [p["numInputRows"] for p in query.recentProgress] == [3]
@@ -78,6 +89,26 @@ def test_a_query_planning_the_batch_after_one_with_rows_has_not_found_nothing_ne
         (tmp_path / "feed").write_text("5")
         (tmp_path / "gate").unlink()
         _wait_for(lambda: found_nothing_new(query), "a trigger that found nothing after the new rows")
-        assert sum(p["numInputRows"] for p in query.recentProgress) == 5
+        assert spark.table(tmp_path.name).count() == 5
+    finally:
+        query.stop()
+
+
+def test_a_query_landing_rows_that_arrived_after_an_empty_trigger_has_not_found_nothing_new(spark,
+                                                                                          tmp_path: Path) -> None:
+    (tmp_path / "feed").write_text("3")
+    query = _start(spark, tmp_path)
+    try:
+        _wait_for(lambda: found_nothing_new(query), "an empty trigger after the first batch")
+        (tmp_path / "read-gate").touch()
+        (tmp_path / "feed").write_text("5")
+        _wait_for((tmp_path / "reading").exists, "the next batch to read its rows")
+        progress = query.lastProgress
+        assert all(s["startOffset"] == s["endOffset"] for s in progress["sources"])  # the last report: empty
+        assert not found_nothing_new(query)  # but a batch is landing
+
+        (tmp_path / "read-gate").unlink()
+        _wait_for(lambda: found_nothing_new(query), "a trigger that found nothing after the new rows")
+        assert spark.table(tmp_path.name).count() == 5
     finally:
         query.stop()

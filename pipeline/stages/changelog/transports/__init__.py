@@ -77,14 +77,20 @@ class Transport(Protocol):
 
 
 def found_nothing_new(query: StreamingQuery) -> bool:
-    """Whether the query's last finished trigger planned no batch: each source's end offset is its start.
+    """Whether the query's last finished trigger planned no batch (each source's end offset is its start), and
+    the trigger running now has not found data either.
 
-    A progress report describes a trigger that has finished. The query's status does not serve: Spark 4.1 gives
-    every trigger a new execution context whose status says "no data available" until that trigger's offsets are
-    planned, so a poll while the next batch is being planned would stop a query with records still to read."""
+    A progress report describes a trigger that has finished; the status, the one running now. Neither serves
+    alone: Spark 4.1 gives every trigger a new execution context whose status says "no data available" until
+    that trigger's offsets are planned (so a poll while the next batch is planned would stop a query with
+    records still to read), and the last report stays that of an empty trigger while the next one lands a batch
+    of records that arrived since (so a poll then would stop the query in the middle of landing it). The report
+    is read first, so only a trigger that finds data in the milliseconds between the status read and the stop
+    can be stopped as its batch starts; like any batch a stop cuts short, the next run replays it."""
     progress = query.lastProgress
-    return progress is not None and all(source["startOffset"] == source["endOffset"]
-                                        for source in progress["sources"])
+    return (progress is not None and all(source["startOffset"] == source["endOffset"]
+                                         for source in progress["sources"])
+            and not query.status["isDataAvailable"])
 
 
 def transport_for(cfg: PipelineConfig) -> Transport:
