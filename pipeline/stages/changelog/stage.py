@@ -46,6 +46,7 @@ class ChangelogStage:
         self.spark = spark
         self.landing = Landing(cfg, spark)
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
+        self._logged = -1  # the last batch with a progress line
         self._id: str | None = None
         self._stopped_by: DeadLetterBoundExceeded | None = None  # why `run` must not restart the query
         self._until_caught_up = False
@@ -138,9 +139,9 @@ class ChangelogStage:
 
     def _watch(self, query: StreamingQuery, stopping: threading.Event) -> None:
         """Log progress until the query ends or SIGTERM; while a trigger hangs, name a service that is down."""
-        logged, stall, down = -1, Stall(self.cfg.changelog.stall_probe_s), False
+        stall, down = Stall(self.cfg.changelog.stall_probe_s), False
         while not query.awaitTermination(1.0):
-            logged = self._log_progress(query, logged)
+            self._log_progress(query)
             progress = (query.lastProgress or {}).get("timestamp")
             if stall.stalled(query.status["isTriggerActive"], progress, time.monotonic()):
                 retry_in_s = stall.probe(time.monotonic())
@@ -152,15 +153,17 @@ class ChangelogStage:
             down = still_down
             if self._until_caught_up and self.transport.drained(query):
                 query.stop()
-                log.info("changelog.stopped", reason="caught up", last_batch=logged)
+                self._log_progress(query)
+                log.info("changelog.stopped", reason="caught up", last_batch=self._logged)
                 return
             if stopping.is_set():
                 while query.status["isTriggerActive"]:  # the running batch finishes first
                     time.sleep(0.2)
                 query.stop()
-                log.info("changelog.stopped", reason="SIGTERM", last_batch=logged)
+                self._log_progress(query)
+                log.info("changelog.stopped", reason="SIGTERM", last_batch=self._logged)
                 return
-        self._log_progress(query, logged)
+        self._log_progress(query)
 
     def _log_outage(self, retry_in_s: float) -> bool:
         """Whether a service is down now, logged by name and address; the query keeps running, since Spark
@@ -172,22 +175,26 @@ class ChangelogStage:
                     error=outage.error, query="running")
         return True
 
-    def _log_progress(self, query: StreamingQuery, logged: int) -> int:
-        """One line per finished batch: rows in, rows per table, dead letters, rows/s and consumer lag."""
-        reports = {report.batch_id: report for report in self.reports}
-        for progress in query.recentProgress:
-            batch_id = progress["batchId"]
-            if batch_id <= logged or batch_id not in reports:
+    def _log_progress(self, query: StreamingQuery) -> None:
+        """One line per landed batch, in order: rows in, rows per table, dead letters, rows/s and consumer lag.
+        A batch is logged once its progress report is out, or without a lag once that report has left Spark's
+        recent reports (the last 100: quick empty triggers can push it out between two polls) or the query has
+        stopped. A batch replayed by a restarted query is not logged twice."""
+        progress = {report["batchId"]: report for report in query.recentProgress}
+        oldest = min(progress, default=None)
+        for report in sorted(list(self.reports), key=lambda r: r.batch_id):
+            if report.batch_id <= self._logged:
                 continue
-            report = reports[batch_id]
+            reported = progress.get(report.batch_id)
+            if reported is None and query.isActive and (oldest is None or report.batch_id >= oldest):
+                break  # its report is still to come
             lag = max((int(source.get("metrics", {}).get("maxOffsetsBehindLatest") or 0)
-                       for source in progress["sources"]), default=0)
-            log.info("changelog.batch", batch=batch_id, rows_in=report.rows_in, tables=report.tables,
+                       for source in reported["sources"]), default=0) if reported else None
+            log.info("changelog.batch", batch=report.batch_id, rows_in=report.rows_in, tables=report.tables,
                      dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
                      control=report.control, planned=report.planned,
                      rows_per_s=report.rows_per_s, lag=lag)
-            logged = batch_id
-        return logged
+            self._logged = report.batch_id
 
     @staticmethod
     def _on_sigterm(stopping: threading.Event) -> None:

@@ -1,0 +1,65 @@
+"""The changelog stage's progress lines: one per landed batch, in order, none lost and none twice."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from structlog.testing import capture_logs
+
+from pipeline.stages.changelog import ChangelogStage
+from pipeline.stages.changelog.report import BatchReport
+
+
+@dataclass
+class FakeQuery:
+    """What `_log_progress` reads of a streaming query: its retained progress reports and whether it runs."""
+
+    recentProgress: list[dict[str, Any]] = field(default_factory=list)  # Spark's names
+    isActive: bool = True
+
+
+def _report(batch_id: int, lag: int | None = None) -> dict[str, Any]:
+    metrics = {} if lag is None else {"maxOffsetsBehindLatest": str(lag)}
+    return {"batchId": batch_id, "sources": [{"metrics": metrics}]}
+
+
+def _stage(*batches: int) -> ChangelogStage:
+    stage = ChangelogStage.__new__(ChangelogStage)  # only what the progress lines need
+    stage.reports, stage._logged = deque(BatchReport(b, rows_in=10 * b) for b in batches), -1
+    return stage
+
+
+def _logged(stage: ChangelogStage, query: FakeQuery) -> list[tuple[int, int | None]]:
+    with capture_logs() as lines:
+        stage._log_progress(query)
+    return [(line["batch"], line["lag"]) for line in lines if line["event"] == "changelog.batch"]
+
+
+def test_a_batch_is_logged_once_its_report_is_out_with_the_lag_it_reports() -> None:
+    stage = _stage(0, 1)
+    query = FakeQuery([_report(0, lag=5)])
+    assert _logged(stage, query) == [(0, 5)]  # batch 1 landed, its report is still to come
+    query.recentProgress.append(_report(1, lag=0))
+    assert _logged(stage, query) == [(1, 0)]
+    assert _logged(stage, query) == []
+
+
+def test_a_batch_whose_report_left_the_retained_ones_is_logged_without_a_lag() -> None:
+    stage = _stage(3)
+    empty_triggers = FakeQuery([_report(4) for _ in range(100)])  # an empty trigger reports the next batch's id
+    assert _logged(stage, empty_triggers) == [(3, None)]
+
+
+def test_a_stopped_query_has_every_landed_batch_logged() -> None:
+    stage = _stage(7, 8)
+    assert _logged(stage, FakeQuery([_report(7, lag=2)], isActive=False)) == [(7, 2), (8, None)]
+
+
+def test_a_batch_replayed_by_a_restarted_query_is_not_logged_twice() -> None:
+    stage = _stage(2)
+    assert _logged(stage, FakeQuery([_report(2)])) == [(2, 0)]
+    stage.reports.append(BatchReport(2))  # the restarted query lands batch 2 again, then 3
+    stage.reports.append(BatchReport(3))
+    assert _logged(stage, FakeQuery([_report(2), _report(3)])) == [(3, 0)]
