@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable, epoch_timestamp, shared
 from pipeline.sources.kinesis.kpl import UserRecord, aggregate, deaggregate
-from pipeline.sources.kinesis.metadata import MetadataCommitter, MetadataUnavailable, ShardEnd
+from pipeline.sources.kinesis.metadata import MetadataCommitter, MetadataUnavailable, ShardEnd, store_client
 from pipeline.sources.kinesis.options import ClientOptions, KinesisOptionError, sink_options, source_options
 from pipeline.sources.kinesis.positions import BatchOffset, OffsetFormatError, Position
 from pipeline.sources.kinesis.put import MAX_RECORD_BYTES, RecordBatcher
@@ -216,10 +216,19 @@ def test_arrival_times_are_parsed_to_the_same_instant_in_utc() -> None:
 
 
 def test_shard_reads_of_one_process_share_a_client_per_options() -> None:
-    """Making a client loads botocore's models anew, which every shard's read paid in every batch."""
+    """Making a client loads botocore's models anew, which every shard's read (and its metadata store) paid in
+    every batch."""
     one, other = ClientOptions(keys=("key", "secret")), ClientOptions(keys=("key", "secret"), region="eu-west-1")
-    assert shared(one) is shared(ClientOptions(keys=("key", "secret")))
-    assert shared(other) is not shared(one) and shared(other).client.meta.region_name == "eu-west-1"
+    try:
+        assert shared(one) is shared(ClientOptions(keys=("key", "secret")))
+        assert shared(other) is not shared(one) and shared(other).client.meta.region_name == "eu-west-1"
+        s3 = store_client("s3", "us-east-1", "http://127.0.0.1:1")
+        assert s3 is store_client("s3", "us-east-1", "http://127.0.0.1:1")
+        assert store_client("dynamodb", "us-east-1", "http://127.0.0.1:1") is not s3
+        assert store_client("s3", "eu-west-1", None).meta.region_name == "eu-west-1"
+    finally:
+        shared.cache_clear()
+        store_client.cache_clear()
 
 
 class _RecordingKinesis:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
-
-from pipeline.sources.kinesis.metadata import BOTO_CONFIG
+from pipeline.sources.kinesis.metadata import store_client
 from pipeline.sources.kinesis.options import MetadataOptions
 
 HASH, RANGE = "stream", "batchShard"
@@ -26,8 +24,7 @@ class DynamoDbStore:
     def __init__(self, options: MetadataOptions) -> None:
         self.table, self.stream = options.table_name or "", options.stream_name
         self.address = f"DynamoDB table {self.table} at {options.endpoint_url or f'the AWS endpoint of {options.region}'}"
-        self.dynamodb = boto3.Session(region_name=options.region).client(
-            "dynamodb", endpoint_url=options.endpoint_url or None, config=BOTO_CONFIG)
+        self.dynamodb = store_client("dynamodb", options.region, options.endpoint_url)
         self._ready = False
 
     def get(self, batch: int, shard_id: str) -> dict[str, Any] | None:

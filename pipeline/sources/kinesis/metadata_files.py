@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import boto3
-
-from pipeline.sources.kinesis.metadata import BOTO_CONFIG, MetadataStore
+from pipeline.sources.kinesis.metadata import MetadataStore, store_client
 from pipeline.sources.kinesis.options import KinesisOptionError, MetadataOptions
 
 FOLDER = "kinesis-metadata"
@@ -72,8 +70,7 @@ class S3Store:
         self.bucket = parsed.netloc
         self.prefix = "/".join(p for p in (parsed.path.strip("/"), FOLDER, options.stream_name) if p) + "/"
         self.address = f"s3://{self.bucket}/{self.prefix} at {options.endpoint_url or 'the AWS endpoint'}"
-        self.s3 = boto3.Session(region_name=options.region).client(
-            "s3", endpoint_url=options.endpoint_url or None, config=BOTO_CONFIG)
+        self.s3 = store_client("s3", options.region, options.endpoint_url)
 
     def get(self, batch: int, shard_id: str) -> dict[str, Any] | None:
         try:
