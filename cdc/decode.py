@@ -90,7 +90,8 @@ def dms_json_fitting(rows: DataFrame, row_type: str) -> DataFrame:
     is the same decode: each value's own type is one that `from_json` reads as `try_variant_get` casts it (a
     string, an integer into a BIGINT or into a DECIMAL with room for it, a decimal into a DECIMAL of its scale or
     wider, a boolean), except into a DOUBLE, where the two may differ (a decimal's last bit, the sign of a
-    zero): DOUBLE fields are still read from the variant (`PARSED`)."""
+    zero): DOUBLE fields are still read from the variant, so `rows` must have their `PARSED` column (as every
+    batch that learned row types land has: `parsed_json`, from the transport or `Landing`)."""
     from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
     fields = _data_fields(row_type)

@@ -152,8 +152,8 @@ class Landing:
     def land_learned(self, batch: DataFrame, row_types: dict[str, str], report: BatchReport) -> Learned:
         """Land DMS JSON rows (no registry frames) of topics whose row types are known before they are read
         (`row_types`, topic -> a `decode.learnable` type, in the order to land them), each topic in one job that
-        decodes and appends; the first of those jobs is the one that reads the batch (persisted as it goes,
-        for the next topics). What they do not cover exactly (`decode.fits`: another topic, a new key, another
+        decodes and appends; the first of those jobs is the one that reads the batch (persisted as it goes
+        when there are next topics). What they do not cover exactly (`decode.fits`: another topic, a new key, another
         type; not DMS JSON) is counted on the way and, only when there is some, landed the planned way under a
         writer id of its own, so that a replay given the same `row_types` skips or lands each part once. With
         no row types the batch lands the planned way under the batch's own writer id. Dead letters last.
@@ -170,10 +170,11 @@ class Landing:
         cases = [(F.col("topic") == topic, decode.fits(shape, row_type)) for topic, row_type in row_types.items()]
         fitting = (functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0])) if cases
                    else F.lit(False))
-        shared = len(row_types) != 1
+        cache_batch = len(row_types) != 1  # read more than once: by the next topics, or all of it the planned way
         classified = self._classified(batch, registry_frames=False)
-        cached = [classified.persist()] if shared else []
-        # which rows fit is worked out above the cache, which keeps the batch as the planned way caches it
+        cached = [classified.persist()] if cache_batch else []
+        # which rows fit is worked out above the cache (when there is one), which keeps the batch as the planned
+        # way caches it
         raw = classified.withColumn(FITS, (F.col("kind") == Kind.JSON.value) & F.coalesce(fitting, F.lit(False)))
         try:
             if not row_types:
@@ -200,7 +201,7 @@ class Landing:
             plans: dict[str, TopicPlan] = {}
             if observed["rest"]:
                 rest, rows = BatchReport(report.batch_id, writer=f"{report.writer}+rest"), raw.where(~F.col(FITS))
-                if not shared:
+                if not cache_batch:
                     rows = rows.persist()
                     cached.append(rows)
                 plans = self._plan(rows)
