@@ -51,14 +51,21 @@ class NoopAppender:
         return Appended(name, 0, skipped=False)
 
 
-def executor_cpu(spark, group: str) -> float:
-    """Executor CPU seconds of the jobs of `group`, once Spark's status store has them."""
+def executor_cpu(spark, group: str, timeout_s: float = 60) -> float:
+    """Executor CPU seconds of the jobs of `group`, once Spark's status store has them: its events arrive
+    asynchronously, and a job's end comes after its stages' and tasks' ends, so it is asked until every job of
+    the group has ended."""
     base = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
-    time.sleep(1.0)  # task-end events reach the status store asynchronously
-    jobs = json.load(urllib.request.urlopen(f"{base}/jobs"))
-    stages = {s for job in jobs if job.get("jobGroup") == group for s in job["stageIds"]}
-    done = json.load(urllib.request.urlopen(f"{base}/stages?status=complete"))
-    return sum(s["executorCpuTime"] for s in done if s["stageId"] in stages) / 1e9
+    deadline = time.monotonic() + timeout_s
+    while True:
+        jobs = [job for job in json.load(urllib.request.urlopen(f"{base}/jobs")) if job.get("jobGroup") == group]
+        stages = {s for job in jobs for s in job["stageIds"]}
+        done = [s for s in json.load(urllib.request.urlopen(f"{base}/stages?status=complete"))
+                if s["stageId"] in stages]
+        settled = bool(jobs) and all(job["status"] != "RUNNING" for job in jobs)
+        if settled or time.monotonic() > deadline:
+            return sum(s["executorCpuTime"] for s in done) / 1e9
+        time.sleep(0.1)
 
 
 def main() -> None:
