@@ -40,6 +40,9 @@ class Appender(Protocol):
         """`properties` go into the commit (Iceberg snapshot summary; Delta `userMetadata`, as JSON); a table
         created by the append records `source` (`SOURCE_PROPERTY`)."""
 
+    def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
+        """Whether table `name` holds batch `batch_id` of `writer_id` (an append of it would be skipped)."""
+
 
 @dataclass(frozen=True)
 class IcebergAppender:
@@ -84,6 +87,10 @@ class IcebergAppender:
                 # another writer created the table meanwhile: append to it (or skip, if it holds this batch)
                 return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties, source)
         return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
+
+    def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
+        table = quote(*self.namespace.split("."), name)
+        return self.spark.catalog.tableExists(table) and self._committed(table, writer_id, batch_id)
 
     def _committed(self, table: str, writer_id: str, batch_id: int) -> bool:
         """Whether the table holds batch `batch_id` of `writer_id`: a snapshot among the table's current ancestry
@@ -164,3 +171,16 @@ class DeltaAppender:
         if last["version"] == before:  # type: ignore[index]
             return Appended(path, 0, skipped=True)  # Delta already held (writer id, batch id)
         return Appended(path, int(last["operationMetrics"].get("numOutputRows", 0)), skipped=False)  # type: ignore[index]
+
+    def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
+        """Delta keeps, per `txnAppId`, the last `txnVersion` written, in the log's `txn` actions."""
+        from delta.tables import DeltaTable
+        from pyspark.sql import functions as F
+
+        path = f"{self.root}/{name}"
+        if not DeltaTable.isDeltaTable(self.spark, path):
+            return False
+        txn = F.from_json("value", "txn struct<appId: string, version: bigint>")["txn"]
+        versions = (self.spark.read.text(f"{path}/_delta_log/*.json").select(txn.alias("txn"))
+                    .where(F.col("txn.appId") == writer_id).agg(F.max("txn.version")).first())
+        return versions is not None and versions[0] is not None and versions[0] >= batch_id

@@ -498,9 +498,68 @@ def test_learned_row_types_land_as_read_and_a_new_shape_after_them_each_record_o
     writer = ChangelogStage(cfg, spark)._query_id()
     assert {f"{writer}:0", f"{writer}:{failed[0]}", f"{writer}+rest:{failed[0]}"} <= commits
     assert len(commits) == 3  # the replay appended nothing twice
-    learned = RowTypes(str(checkpoint), cfg.names.rule()).of(spark, failed[0] + 1)
+    learned = RowTypes(str(checkpoint), cfg.names.rule()).of(spark, failed[0] + 1).row_types
     assert learned[f"{stream}.shop.items"] == "OBJECT<color: STRING, id: BIGINT, name: STRING>"
     assert learned[f"{stream}.shop.tags"] == "OBJECT<tag: STRING>"
+
+
+def _recorded_by_an_earlier_version(checkpoint: Path) -> tuple[int, Path, str]:
+    """The row types recorded for the next batch, rewritten as a version from before fit rules had a number
+    wrote them; returns the batch, the record's file and its text as this version wrote it."""
+    import json
+
+    record = max((checkpoint / "kinesis-row-types").glob("[01]"), key=lambda f: json.loads(f.read_text())["batch"])
+    text = record.read_text()
+    earlier = {key: value for key, value in json.loads(text).items() if key != "fit_rule"}
+    _rewrite(record, json.dumps(earlier))
+    return earlier["batch"], record, text
+
+
+def _rewrite(record: Path, text: str) -> None:
+    """A checkpoint file written anew, without the checksum file Hadoop's local file system keeps beside it."""
+    record.write_text(text)
+    record.with_name(f".{record.name}.crc").unlink(missing_ok=True)
+
+
+def test_a_batch_half_landed_by_a_version_of_another_fit_rule_stops_the_stage(aws, spark, tmp_path) -> None:
+    """A version whose fit rule differs could split a half-landed batch otherwise, landing a record twice or
+    never: the stage stops, naming the batch and the tables that hold part of it; the version that half landed
+    it (its record put back) then lands the rest once. A batch nothing of which has landed lands whatever rule
+    recorded its row types."""
+    from pipeline.stages.changelog.errors import StageError
+    from pipeline.stages.changelog.landing import Landing
+
+    client = _client(aws)
+    stream = _stream(client, shards=1)
+    checkpoint = tmp_path / "checkpoint"
+    cfg = _stage_cfg(aws, stream, checkpoint)
+    client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(10)])
+    ChangelogStage(cfg, spark).run(until_caught_up=True)  # planned, and learned
+    _recorded_by_an_earlier_version(checkpoint)  # nothing of that batch is landed yet: it lands with this rule
+    client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(10, 20)])
+    ChangelogStage(cfg, spark).run(until_caught_up=True)
+
+    client.put_records(StreamName=stream, Records=[*(_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(20, 30)),
+                                                   _dms("tags", {"tag": "t"}, 30)])
+    planned = Landing._planned
+
+    def fail_before_the_rest(landing, rows, report, plans=None):
+        if report.writer.endswith("+rest"):
+            raise RuntimeError("killed between the appends")
+        return planned(landing, rows, report, plans)
+
+    with mock.patch.object(Landing, "_planned", fail_before_the_rest), pytest.raises(Exception):
+        ChangelogStage(cfg, spark).run(until_caught_up=True)
+    batch, record, text = _recorded_by_an_earlier_version(checkpoint)
+    with pytest.raises(StageError, match=rf"batch {batch} was partly landed \(in {stream}_items\) .*fit rule 0"):
+        ChangelogStage(cfg, spark).run(until_caught_up=True)
+
+    _rewrite(record, text)  # the version that half landed it
+    ChangelogStage(cfg, spark).run(until_caught_up=True)
+    table = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
+    items = spark.table(f"{table}.{stream}_items")
+    assert items.count() == items.select("id").distinct().count() == 30
+    assert [row["tag"] for row in spark.table(f"{table}.{stream}_tags").collect()] == ["t"]
 
 
 def test_a_value_the_learned_type_would_cast_does_not_fit_it(spark) -> None:

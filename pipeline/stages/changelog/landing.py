@@ -46,7 +46,7 @@ from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import BATCH_STARTED, Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
-from tables.lake import lake_table
+from tables.lake import lake_table, table_names
 from tables.names import SourceTable, UnmappableName
 from tables.owners import Owners
 
@@ -200,7 +200,7 @@ class Landing:
                 report.records[topic] = report.records.get(topic, 0) + n
             plans: dict[str, TopicPlan] = {}
             if observed["rest"]:
-                rest, rows = BatchReport(report.batch_id, writer=f"{report.writer}+rest"), raw.where(~F.col(FITS))
+                rest, rows = report.rest(), raw.where(~F.col(FITS))
                 if not cache_batch:
                     rows = rows.persist()
                     cached.append(rows)
@@ -275,7 +275,7 @@ class Landing:
         report.records[topic] = report.records.get(topic, 0) + observed["rows"] - observed["tombstones"]
         if observed["rest"]:
             report.planned.append(topic)
-            rest = BatchReport(report.batch_id, writer=f"{report.writer}+rest")
+            rest = report.rest()
             cached = raw.where(~handled & ~tombstone).persist()
             try:
                 dead += self._planned(cached, rest)
@@ -315,6 +315,13 @@ class Landing:
         events of one 4-partition topic took 75 s coalesced to 2 cores, 62 s not."""
         cores, partitions = self.spark.sparkContext.defaultParallelism, raw.rdd.getNumPartitions()
         return raw.coalesce(max(cores, math.ceil(partitions / max(topics, 1))))
+
+    def holding(self, report: BatchReport) -> list[str]:
+        """The changelog tables (dead letters included) that hold some of the report's batch: appended under its
+        writer id, or its rest's."""
+        writers = (report.writer, report.rest().writer)
+        return [name for name in table_names(self.cfg, self.spark, self.cfg.changelog.namespace)
+                if any(self.appender.holds(name, writer, report.batch_id) for writer in writers)]
 
     def append_dead_letters(self, dead: list[DataFrame], report: BatchReport, store: bool = True) -> None:
         """Every dead letter the batch produced, counted by topic and error class (for the bound) and, with

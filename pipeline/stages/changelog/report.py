@@ -26,6 +26,11 @@ class BatchReport:
     planned: list[str] = field(default_factory=list)  # topics (or what one pass left) landed the planned way
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # wall clock, epoch ms
 
+    def rest(self) -> BatchReport:
+        """An empty report of the same batch for what it lands the planned way after one pass or learned row
+        types: its appends commit under a writer id of their own, so a replay skips or lands each part once."""
+        return BatchReport(self.batch_id, writer=f"{self.writer}+rest", started_ms=self.started_ms)
+
     def part(self) -> BatchReport:
         """An empty report of the same batch and writer, for one topic landed beside others (`merge` it back)."""
         return BatchReport(self.batch_id, writer=self.writer, started_ms=self.started_ms)

@@ -48,7 +48,7 @@ class ChangelogStage:
         self.reports: deque[BatchReport] = deque(maxlen=1000)  # the recent batches, for progress lines
         self._logged = -1  # the last batch with a progress line
         self._id: str | None = None
-        self._stopped_by: DeadLetterBoundExceeded | None = None  # why `run` must not restart the query
+        self._stopped_by: StageError | None = None  # why `run` must not restart the query
         self._until_caught_up = False
 
     def start(self, until_caught_up: bool = False) -> StreamingQuery:
@@ -207,7 +207,11 @@ class ChangelogStage:
         """Land one micro-batch under the query's id, then hold its dead letters to the bound."""
         started = time.monotonic()
         report = BatchReport(batch_id, writer=self._query_id())
-        self.transport.land(self.landing, batch, report)
+        try:
+            self.transport.land(self.landing, batch, report)
+        except StageError as exc:  # a refusal that a restarted query would meet again: the stage stops with it
+            self._stopped_by = exc
+            raise
         report.seconds = time.monotonic() - started
         self.reports.append(report)
         self._hold_to_bound(report)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from cdc import decode
@@ -136,9 +136,18 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What `RowTypes` recorded for a batch: its row types, and the rule that decides which records fit them."""
+
+    row_types: dict[str, str]
+    fit_rule: int  # `decode.FIT_RULE` of the version that recorded them (0: a version from before the number)
+
+
 class RowTypes:
     """The DMS row types a batch lands with (topic -> type, the topic seen most in the batch before first),
-    recorded in the checkpoint through Hadoop's file system (`<checkpoint>/kinesis-row-types/<batch id % 2>`).
+    recorded in the checkpoint through Hadoop's file system (`<checkpoint>/kinesis-row-types/<batch id % 2>`),
+    with the fit rule (`decode.FIT_RULE`) of the version that recorded them.
 
     A batch replayed after a crash must split its records as its first attempt did: the appends of what lands
     with the learned types and of the rest are each idempotent per (writer id, batch id), so a different split
@@ -154,10 +163,12 @@ class RowTypes:
         self.folder = f"{checkpoint}/{self.FOLDER}"
         self.names = names  # a topic whose name names no lake table is not learned
 
-    def of(self, spark: SparkSession, batch_id: int) -> dict[str, str]:
+    def of(self, spark: SparkSession, batch_id: int) -> Recorded:
         text = read_text(spark, f"{self.folder}/{batch_id % 2}")
         record = json.loads(text) if text else {}
-        return dict(record.get("row_types", [])) if record.get("batch") == batch_id else {}
+        if record.get("batch") != batch_id:
+            return Recorded({}, decode.FIT_RULE)
+        return Recorded(dict(record.get("row_types", [])), int(record.get("fit_rule", 0)))
 
     def learn(self, spark: SparkSession, batch_id: int, used: dict[str, str], seen: Learned) -> None:
         """Record the next batch's row types: those `batch_id` landed with, merged with what its rest's plan
@@ -174,7 +185,8 @@ class RowTypes:
                 row_types.pop(topic, None)
         ordered = sorted(row_types.items(), key=lambda item: (-rows.get(item[0], 0), item[0]))
         write_text(spark, f"{self.folder}/{(batch_id + 1) % 2}", json.dumps({"batch": batch_id + 1,
-                                                                              "row_types": ordered}))
+                                                                              "row_types": ordered,
+                                                                              "fit_rule": decode.FIT_RULE}))
 
     def _names_a_table(self, topic: str) -> bool:
         try:
@@ -182,6 +194,20 @@ class RowTypes:
         except UnmappableName:
             return False
         return True
+
+
+def refuse_half_landed(landing: Landing, report: BatchReport, fit_rule: int) -> None:
+    """Stop when an earlier version, which chose the records that fit learned row types by another rule,
+    landed part of this batch: this version would split the batch otherwise, and land some records twice
+    or never. A batch of which nothing landed yet lands with this version's rule."""
+    held = landing.holding(report)
+    if held:
+        raise StageError(
+            f"batch {report.batch_id} was partly landed (in {', '.join(held)}) by an earlier version that chose "
+            f"the records landed with learned row types by another rule (fit rule {fit_rule}; this version's is "
+            f"{decode.FIT_RULE}), so this version could land some of its records twice or never: start the "
+            f"earlier version on this checkpoint until it has committed batch {report.batch_id} (SIGTERM stops "
+            "it once its batch is done), then this one")
 
 
 class KinesisTransport:
@@ -215,9 +241,11 @@ class KinesisTransport:
         return found_nothing_new(query)
 
     def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:
-        row_types = self.row_types.of(landing.spark, report.batch_id)
-        seen = landing.land_learned(kafka_shaped(batch, report.batch_id), row_types, report)
-        self.row_types.learn(landing.spark, report.batch_id, row_types, seen)
+        recorded = self.row_types.of(landing.spark, report.batch_id)
+        if recorded.row_types and recorded.fit_rule != decode.FIT_RULE:
+            refuse_half_landed(landing, report, recorded.fit_rule)
+        seen = landing.land_learned(kafka_shaped(batch, report.batch_id), recorded.row_types, report)
+        self.row_types.learn(landing.spark, report.batch_id, recorded.row_types, seen)
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         landing.land(letters, report, store_dead_letters=False, registry_frames=False)
