@@ -533,14 +533,6 @@ def test_a_batch_half_landed_by_a_version_of_another_fit_rule_stops_the_stage(aw
     stream = _stream(client, shards=1)
     checkpoint = tmp_path / "checkpoint"
     cfg = _stage_cfg(aws, stream, checkpoint)
-    client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(10)])
-    ChangelogStage(cfg, spark).run(until_caught_up=True)  # planned, and learned
-    _recorded_by_an_earlier_version(checkpoint)  # nothing of that batch is landed yet: it lands with this rule
-    client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(10, 20)])
-    ChangelogStage(cfg, spark).run(until_caught_up=True)
-
-    client.put_records(StreamName=stream, Records=[*(_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(20, 30)),
-                                                   _dms("tags", {"tag": "t"}, 30)])
     planned = Landing._planned
 
     def fail_before_the_rest(landing, rows, report, plans=None):
@@ -548,9 +540,22 @@ def test_a_batch_half_landed_by_a_version_of_another_fit_rule_stops_the_stage(aw
             raise RuntimeError("killed between the appends")
         return planned(landing, rows, report, plans)
 
-    with mock.patch.object(Landing, "_planned", fail_before_the_rest), pytest.raises(Exception):
-        ChangelogStage(cfg, spark).run(until_caught_up=True)
-    batch, record, text = _recorded_by_an_earlier_version(checkpoint)
+    def half_land(first: int) -> None:
+        """Ten items and a record of a new table (the rest), of which the items land and the other does not."""
+        client.put_records(StreamName=stream, Records=[*(_dms("items", {"id": i, "name": f"n{i}"}, i)
+                                                         for i in range(first, first + 10)),
+                                                       _dms(f"tags{first}", {"tag": f"t{first}"}, first + 10)])
+        with mock.patch.object(Landing, "_planned", fail_before_the_rest), pytest.raises(Exception):
+            ChangelogStage(cfg, spark).run(until_caught_up=True)
+
+    client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(10)])
+    ChangelogStage(cfg, spark).run(until_caught_up=True)  # planned, and learned
+    _recorded_by_an_earlier_version(checkpoint)  # nothing of the next batch is landed: it lands with this rule
+    half_land(10)
+    ChangelogStage(cfg, spark).run(until_caught_up=True)  # so its replay splits it as this version did
+
+    half_land(20)
+    batch, record, text = _recorded_by_an_earlier_version(checkpoint)  # as if an earlier version half landed it
     with pytest.raises(StageError, match=rf"batch {batch} was partly landed \(in {stream}_items\) .*fit rule 0"):
         ChangelogStage(cfg, spark).run(until_caught_up=True)
 
@@ -559,7 +564,8 @@ def test_a_batch_half_landed_by_a_version_of_another_fit_rule_stops_the_stage(aw
     table = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
     items = spark.table(f"{table}.{stream}_items")
     assert items.count() == items.select("id").distinct().count() == 30
-    assert [row["tag"] for row in spark.table(f"{table}.{stream}_tags").collect()] == ["t"]
+    for first in (10, 20):
+        assert [row["tag"] for row in spark.table(f"{table}.{stream}_tags{first}").collect()] == [f"t{first}"]
 
 
 def test_a_value_the_learned_type_would_cast_does_not_fit_it(spark) -> None:

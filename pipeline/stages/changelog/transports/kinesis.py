@@ -184,9 +184,13 @@ class RowTypes:
             else:
                 row_types.pop(topic, None)
         ordered = sorted(row_types.items(), key=lambda item: (-rows.get(item[0], 0), item[0]))
-        write_text(spark, f"{self.folder}/{(batch_id + 1) % 2}", json.dumps({"batch": batch_id + 1,
-                                                                              "row_types": ordered,
-                                                                              "fit_rule": decode.FIT_RULE}))
+        self.record(spark, batch_id + 1, dict(ordered))
+
+    def record(self, spark: SparkSession, batch_id: int, row_types: dict[str, str]) -> None:
+        """Record the row types `batch_id` lands with (in their order), under this version's fit rule."""
+        write_text(spark, f"{self.folder}/{batch_id % 2}", json.dumps({"batch": batch_id,
+                                                                        "row_types": list(row_types.items()),
+                                                                        "fit_rule": decode.FIT_RULE}))
 
     def _names_a_table(self, topic: str) -> bool:
         try:
@@ -244,6 +248,8 @@ class KinesisTransport:
         recorded = self.row_types.of(landing.spark, report.batch_id)
         if recorded.row_types and recorded.fit_rule != decode.FIT_RULE:
             refuse_half_landed(landing, report, recorded.fit_rule)
+            # nothing of it landed: it lands under this version's rule, which its replays must know
+            self.row_types.record(landing.spark, report.batch_id, recorded.row_types)
         seen = landing.land_learned(kafka_shaped(batch, report.batch_id), recorded.row_types, report)
         self.row_types.learn(landing.spark, report.batch_id, recorded.row_types, seen)
 
