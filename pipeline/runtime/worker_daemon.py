@@ -36,7 +36,8 @@ def preload() -> None:
     core.get_service_model("s3")
     core.get_component("data_loader").load_service_model("s3", "endpoint-rule-set-1")
     # pyspark's worker collects garbage after every task, which walked all of the ~110k objects imported here
-    # (0.02 s a task); frozen, the collector leaves them out, and forked workers keep sharing their pages
+    # (0.02 s a task); frozen, the collector leaves them out and no longer writes to their pages (reference
+    # counts still do, so a forked worker shares most of them, not all)
     gc.freeze()
 
 

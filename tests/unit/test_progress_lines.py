@@ -1,4 +1,5 @@
-"""The changelog stage's progress lines: one per landed batch, in order, none lost and none twice."""
+"""The changelog stage's progress lines: one per landed batch, in order, none lost and none twice; and the
+progress reports a run until caught up needs."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
+from pipeline.config.settings import load_config
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.stages.changelog.report import BatchReport
+from pipeline.stages.changelog.transports import NO_DATA_PROGRESS_INTERVAL, transport_for
 
 
 @dataclass
@@ -63,3 +67,15 @@ def test_a_batch_replayed_by_a_restarted_query_is_not_logged_twice() -> None:
     stage.reports.append(BatchReport(2))  # the restarted query lands batch 2 again, then 3
     stage.reports.append(BatchReport(3))
     assert _logged(stage, FakeQuery([_report(2), _report(3)])) == [(3, 0)]
+
+
+@pytest.mark.parametrize("source, settings, interval", [
+    ("kafka", ["changelog.topic_pattern=x\\..*"], None),  # available-now stops by itself
+    ("s3-sqs", [], None),  # stops on the source's status file
+    ("kinesis", ["kinesis.streams=s"], "0"),  # stops on the last progress report: empty triggers reported at once
+])
+def test_only_a_run_that_stops_on_progress_reports_has_every_empty_trigger_reported(
+        source: str, settings: list[str], interval: str | None) -> None:
+    transport = transport_for(load_config(overrides=[f"changelog.source={source}", *settings]))
+    assert transport.query_conf(until_caught_up=True).get(NO_DATA_PROGRESS_INTERVAL) == interval
+    assert transport.query_conf(until_caught_up=False) == {}

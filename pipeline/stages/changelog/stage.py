@@ -22,7 +22,7 @@ import structlog
 from pipeline.stages.changelog.errors import DeadLetterBoundExceeded, StageError
 from pipeline.stages.changelog.landing import Landing
 from pipeline.stages.changelog.report import BatchReport
-from pipeline.stages.changelog.transports import NO_DATA_PROGRESS_INTERVAL, transport_for
+from pipeline.stages.changelog.transports import transport_for
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.hadoop_files import read_text, write_text
 from tables.lake import session_conf
@@ -58,7 +58,7 @@ class ChangelogStage:
         writer = (self.transport.open(self.spark).writeStream.foreachBatch(self._process)
                   .option("checkpointLocation", str(self.cfg.changelog.checkpoint)).queryName("changelog")
                   .trigger(**self.transport.trigger(until_caught_up)))
-        with session_conf(self.spark, {NO_DATA_PROGRESS_INTERVAL: "0"} if until_caught_up else {}):
+        with session_conf(self.spark, self.transport.query_conf(until_caught_up)):
             return writer.start()
 
     def run(self, until_caught_up: bool = False) -> None:

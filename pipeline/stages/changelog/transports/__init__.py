@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from pipeline.stages.changelog.landing import Landing
     from pipeline.stages.changelog.report import BatchReport
 
-# Spark reports a trigger that planned no batch only this often; a run until caught up sets it to 0, so that the
-# first trigger that finds nothing new is reported at once (`found_nothing_new`)
+# Spark reports a trigger that planned no batch only this often; a run until caught up that stops on
+# `found_nothing_new` sets it to 0 (`Transport.query_conf`), so that such a trigger is reported at once
 NO_DATA_PROGRESS_INTERVAL = "spark.sql.streaming.noDataProgressEventInterval"
 
 # changelog.source -> the module and class that carry it
@@ -61,6 +61,10 @@ class Transport(Protocol):
 
     def trigger(self, until_caught_up: bool) -> dict[str, Any]:
         """The keyword arguments of `DataStreamWriter.trigger` for a run that goes on, or one until caught up."""
+        ...
+
+    def query_conf(self, until_caught_up: bool) -> dict[str, str]:
+        """Session settings the query starts with (read once, when it starts): what `drained` needs."""
         ...
 
     def drained(self, query: StreamingQuery) -> bool:

@@ -70,6 +70,9 @@ class KafkaTransport:
     def trigger(self, until_caught_up: bool) -> dict[str, Any]:
         return {"availableNow": True} if until_caught_up else {"processingTime": self.cfg.changelog.trigger_interval}
 
+    def query_conf(self, until_caught_up: bool) -> dict[str, str]:
+        return {}  # available-now stops the query by itself
+
     def drained(self, query: StreamingQuery) -> bool:
         return False  # available-now stops the query by itself
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from cdc import decode
 from pipeline.stages.changelog.errors import StageError
-from pipeline.stages.changelog.transports import Outage, found_nothing_new
+from pipeline.stages.changelog.transports import NO_DATA_PROGRESS_INTERVAL, Outage, found_nothing_new
 from pipeline.config.settings import AwsSettings, PipelineConfig
 from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable
 from pipeline.sources.kinesis.options import ClientOptions
@@ -239,6 +239,9 @@ class KinesisTransport:
 
     def trigger(self, until_caught_up: bool) -> dict[str, Any]:
         return {"processingTime": "0 seconds" if until_caught_up else self.cfg.changelog.trigger_interval}
+
+    def query_conf(self, until_caught_up: bool) -> dict[str, str]:
+        return {NO_DATA_PROGRESS_INTERVAL: "0"} if until_caught_up else {}
 
     def drained(self, query: StreamingQuery) -> bool:
         """The last finished trigger asked every shard for a record after its position and found none."""

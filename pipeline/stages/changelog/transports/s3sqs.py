@@ -99,6 +99,9 @@ class S3SqsTransport:
     def trigger(self, until_caught_up: bool) -> dict[str, Any]:
         return {"processingTime": DRAIN_TRIGGER if until_caught_up else self.cfg.changelog.trigger_interval}
 
+    def query_conf(self, until_caught_up: bool) -> dict[str, str]:
+        return {}  # `drained` reads the source's status file
+
     def drained(self, query: StreamingQuery) -> bool:
         status = read_status(str(self.cfg.changelog.checkpoint))
         return status is not None and status.drained
