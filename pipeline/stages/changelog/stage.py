@@ -182,7 +182,7 @@ class ChangelogStage:
         stopped. A batch replayed by a restarted query is not logged twice."""
         progress = {report["batchId"]: report for report in query.recentProgress}
         oldest = min(progress, default=None)
-        for report in sorted(list(self.reports), key=lambda r: r.batch_id):
+        for report in sorted(self.reports, key=lambda r: r.batch_id):  # a copy: `_process` appends meanwhile
             if report.batch_id <= self._logged:
                 continue
             reported = progress.get(report.batch_id)
