@@ -34,3 +34,20 @@ def test_python_workers_start_with_what_the_daemon_imported_frozen(spark: SparkS
         return gc.get_freeze_count()
 
     assert all(row["n"] > 10_000 for row in spark.range(2).select(frozen("id").alias("n")).collect())
+
+
+def test_python_workers_read_the_zip_archives_on_their_path_once(spark: SparkSession) -> None:
+    """pyspark's worker invalidates the import caches before every task; the zip archives Spark puts on the path
+    (pyspark.zip) are not read again for it (CPython gh-103200)."""
+    from pyspark.sql import functions as F
+
+    @F.udf("array<string>")
+    def zip_importers(_):
+        import sys
+        import zipimport
+
+        return sorted({type(finder).__name__ for finder in sys.path_importer_cache.values()
+                       if isinstance(finder, zipimport.zipimporter)})
+
+    assert {tuple(row["kinds"]) for row in spark.range(2).select(zip_importers("id").alias("kinds")).collect()} == {
+        ("SteadyZipImporter",)}

@@ -4,6 +4,8 @@ replays up to the recorded end, parents first, no batch when nothing is new)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from unittest import mock
 import json
 from datetime import datetime, timezone
 from typing import Any
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable, epoch_timestamp, shared
+from pipeline.sources.kinesis.client import Kinesis, KinesisUnavailable, epoch_timestamp, parse_records, shared
 from pipeline.sources.kinesis.kpl import UserRecord, aggregate, deaggregate
 from pipeline.sources.kinesis.metadata import MetadataCommitter, MetadataUnavailable, ShardEnd, store_client
 from pipeline.sources.kinesis.options import ClientOptions, KinesisOptionError, sink_options, source_options
@@ -213,6 +215,40 @@ def test_arrival_times_are_parsed_to_the_same_instant_in_utc() -> None:
     arrived = kinesis.call("get_records", ShardIterator="it")["Records"][0]["ApproximateArrivalTimestamp"]
     assert arrived == datetime.fromtimestamp(1700000000.123, timezone.utc) and arrived.tzinfo is timezone.utc
     assert epoch_timestamp("2024-01-01T00:00:00Z") == datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+
+def test_records_are_parsed_as_botocore_parses_them() -> None:
+    """GetRecords' answers skip botocore's model walk, and come out as it would give them: every field of every
+    record, the child shards of a closed shard, the answer's metadata; an error answer is still botocore's."""
+    from botocore.awsrequest import AWSResponse
+
+    body = json.dumps({"Records": [{"SequenceNumber": str(n), "Data": "eyJhIjogMX0=", "PartitionKey": f"k{n}",
+                                    "ApproximateArrivalTimestamp": 1700000000.5 + n, "EncryptionType": "NONE"}
+                                   for n in range(3)],
+                       "MillisBehindLatest": 0,
+                       "ChildShards": [{"ShardId": "shardId-2", "ParentShards": ["shardId-1"],
+                                        "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "9"}}]}).encode()
+    refused = json.dumps({"__type": "ExpiredIteratorException", "message": "Iterator expired"}).encode()
+
+    def answers(kinesis: Kinesis, status: int, text: bytes) -> Kinesis:
+        kinesis.client.meta.events.register("before-send.kinesis.GetRecords",
+                                            lambda **_: AWSResponse("http://fake", status, {}, _Answer(text)))
+        return kinesis
+
+    ours = answers(Kinesis(ClientOptions(keys=("key", "secret"))), 200, body)
+    botocores = answers(Kinesis(ClientOptions(keys=("key", "secret"))), 200, body)
+    botocores.client.meta.events.unregister("before-parse.kinesis.GetRecords", parse_records)
+    from botocore.parsers import BaseJSONParser
+
+    walked = BaseJSONParser._parse_body_as_json
+    with mock.patch.object(BaseJSONParser, "_parse_body_as_json", autospec=True, side_effect=walked) as botocore_parse:
+        parsed = ours.call("get_records", ShardIterator="it")
+    assert [call.args[1] for call in botocore_parse.call_args_list] == [b"{}"]  # botocore never saw the records
+    assert parsed == botocores.call("get_records", ShardIterator="it")
+    assert parsed["Records"][0]["Data"] == b'{"a": 1}' and parsed["ChildShards"][0]["ShardId"] == "shardId-2"
+    with pytest.raises(ClientError, match="Iterator expired") as error:
+        answers(Kinesis(replace(QUICK, keys=("key", "secret"))), 400, refused).call("get_records", ShardIterator="it")
+    assert error.value.response["Error"]["Code"] == "ExpiredIteratorException"
 
 
 def test_shard_reads_of_one_process_share_a_client_per_options() -> None:

@@ -7,7 +7,9 @@ backoff from the interval, capped at the maximum).
 
 from __future__ import annotations
 
+import binascii
 import functools
+import json
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -43,6 +45,7 @@ class Kinesis:
         self.client = _session(options).client(
             "kinesis", endpoint_url=options.endpoint_url or None,
             config=Config(retries={"max_attempts": 1, "mode": "standard"}))
+        self.client.meta.events.register("before-parse.kinesis.GetRecords", parse_records)
 
     def call(self, operation: str, **params: Any) -> dict[str, Any]:
         """`operation` with throttling and connection errors retried with backoff; other errors raise at once."""
@@ -81,6 +84,21 @@ def epoch_timestamp(value: Any) -> datetime:
     if isinstance(value, (int, float)):
         return datetime.fromtimestamp(value, timezone.utc)
     return parse_timestamp(value)
+
+
+def parse_records(response_dict: dict[str, Any], customized_response_dict: dict[str, Any], **_: Any) -> None:
+    """GetRecords' answer parsed by `json` and `binascii`, into what botocore's parser gives (each record's `Data`
+    as bytes, its arrival time by `epoch_timestamp`), through botocore's hook for parsing an answer itself.
+    botocore's parser walks the operation's model for every field of every record in Python: 7.3 µs a record
+    against 3.3, a quarter of an executor's Python time reading a shard. An error answer is left to botocore."""
+    if response_dict["status_code"] != 200:
+        return
+    answer = json.loads(response_dict["body"])
+    for record in answer.get("Records", ()):
+        record["Data"] = binascii.a2b_base64(record["Data"])
+        record["ApproximateArrivalTimestamp"] = epoch_timestamp(record["ApproximateArrivalTimestamp"])
+    customized_response_dict.update(answer)
+    response_dict["body"] = b"{}"  # what botocore parses itself: the answer's metadata, from its headers
 
 
 def _botocore_session() -> botocore.session.Session:
