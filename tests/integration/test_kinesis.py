@@ -432,6 +432,47 @@ def test_a_lone_learned_table_is_landed_by_the_job_that_reads_the_batch(aws, spa
     assert spark.table(f"{aws.catalog.name}.{aws.changelog.namespace}.{stream}_orders").count() == 6
 
 
+def test_records_of_shapes_known_to_fit_skip_the_check_and_new_ones_are_learned(aws, spark, tmp_path) -> None:
+    """A batch returns the shapes of the records that fit their learned type and were not known; the next batch
+    lets records of those shapes through without the check (here, a check that refuses everything), and lands
+    the same rows. The transport records them with the row types, and drops those of a type that changed."""
+    import json
+    from datetime import datetime, timezone
+
+    from pyspark.sql import functions as F
+
+    from cdc import decode
+    from pipeline.stages.changelog.landing import Landing, Learned, TopicPlan
+    from pipeline.stages.changelog.report import BatchReport
+    from pipeline.sources.kinesis.schema import SCHEMA
+    from pipeline.stages.changelog.transports.kinesis import Recorded, RowTypes, kafka_shaped
+
+    stream, now = f"shape{uuid.uuid4().hex[:6]}", datetime.now(timezone.utc)
+    orders, items = f"{stream}.shop.orders", f"{stream}.shop.items"
+    data = [("orders", {"id": 1}), ("orders", {"id": 2}), ("orders", {"id": 3, "x": 1}), ("items", {"id": 4})]
+    texts = [json.dumps(_record(table, values, n)) for n, (table, values) in enumerate(data)]
+    rows = spark.createDataFrame([(text.encode(), stream, f"shop.{table}.{n}", str(n), now, "shardId-000000000001")
+                                  for n, (text, (table, _)) in enumerate(zip(texts, data))], SCHEMA)
+    shapes = [row[0] for row in spark.createDataFrame([(t,) for t in texts], "t string")
+              .select(decode.row_shape(decode.parsed_json(F.col("t")))).collect()]
+    landing, row_types = Landing(aws, spark), {orders: "OBJECT<id: BIGINT>", items: "OBJECT<id: BIGINT>"}
+
+    seen = landing.land_learned(kafka_shaped(rows, 0), row_types, BatchReport(0, writer="shapes"))
+    assert seen.landed == {orders: 2, items: 1} and set(seen.rest) == {orders}  # the new key, planned
+    assert seen.shapes == {orders: [shapes[0]], items: [shapes[3]]}  # the records of ids 1 and 2 share a shape
+    with mock.patch.object(decode, "fits", lambda shape, row_type: F.lit(False)):
+        again = landing.land_learned(kafka_shaped(rows, 1), row_types, BatchReport(1, writer="shapes"), seen.shapes)
+    assert again.landed == seen.landed and set(again.rest) == {orders} and again.shapes == {}
+
+    learned = RowTypes(str(tmp_path), aws.names.rule())
+    widened = TopicPlan(items, json_rows=1, row_type="OBJECT<id: BIGINT, n: STRING>")
+    learned.learn(spark, 1, Recorded(row_types, decode.FIT_RULE, {orders: ["known"]}),
+                  Learned(again.landed, {items: widened}, {orders: [shapes[0]], items: [shapes[3]]}))
+    recorded = learned.of(spark, 2)
+    assert recorded.row_types[items] == "OBJECT<id: BIGINT, n: STRING>"
+    assert recorded.shapes == {orders: ["known", shapes[0]]}  # the items' shape was found for their old type
+
+
 def _record(table: str, data: dict, n: int) -> dict:
     """A DMS JSON insert into `shop.<table>`."""
     return {"data": data, "metadata": {

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from cdc import decode
@@ -136,18 +136,24 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     )
 
 
+MAX_SHAPES = 64  # the known record shapes recorded per topic
+
+
 @dataclass(frozen=True)
 class Recorded:
-    """What `RowTypes` recorded for a batch: its row types, and the rule that decides which records fit them."""
+    """What `RowTypes` recorded for a batch: its row types, the rule that decides which records fit them, and the
+    record shapes that earlier batches found to fit them (`Landing.land_learned`)."""
 
     row_types: dict[str, str]
     fit_rule: int  # `decode.FIT_RULE` of the version that recorded them (0: a version from before the number)
+    shapes: dict[str, list[str]] = field(default_factory=dict)
 
 
 class RowTypes:
     """The DMS row types a batch lands with (topic -> type, the topic seen most in the batch before first),
     recorded in the checkpoint through Hadoop's file system (`<checkpoint>/kinesis-row-types/<batch id % 2>`),
-    with the fit rule (`decode.FIT_RULE`) of the version that recorded them.
+    with the fit rule (`decode.FIT_RULE`) of the version that recorded them and the record shapes known to fit
+    each type (up to `MAX_SHAPES` a topic; which records fit does not depend on them, only how fast it is found).
 
     A batch replayed after a crash must split its records as its first attempt did: the appends of what lands
     with the learned types and of the rest are each idempotent per (writer id, batch id), so a different split
@@ -168,12 +174,14 @@ class RowTypes:
         record = json.loads(text) if text else {}
         if record.get("batch") != batch_id:
             return Recorded({}, decode.FIT_RULE)
-        return Recorded(dict(record.get("row_types", [])), int(record.get("fit_rule", 0)))
+        return Recorded(dict(record.get("row_types", [])), int(record.get("fit_rule", 0)),
+                        dict(record.get("shapes", [])))
 
-    def learn(self, spark: SparkSession, batch_id: int, used: dict[str, str], seen: Learned) -> None:
+    def learn(self, spark: SparkSession, batch_id: int, used: Recorded, seen: Learned) -> None:
         """Record the next batch's row types: those `batch_id` landed with, merged with what its rest's plan
-        found (a table whose types do not merge into a learnable one is planned again, and learned anew)."""
-        row_types, rows = dict(used), dict(seen.landed)
+        found (a table whose types do not merge into a learnable one is planned again, and learned anew), and
+        the shapes known to fit them (those of a type that changed are dropped: they were found for the old one)."""
+        row_types, rows = dict(used.row_types), dict(seen.landed)
         for topic, plan in seen.rest.items():
             rows[topic] = rows.get(topic, 0) + plan.json_rows
             if not plan.json_rows or plan.row_type in (None, "VOID") or not self._names_a_table(topic):
@@ -184,13 +192,18 @@ class RowTypes:
             else:
                 row_types.pop(topic, None)
         ordered = sorted(row_types.items(), key=lambda item: (-rows.get(item[0], 0), item[0]))
-        self.record(spark, batch_id + 1, dict(ordered))
+        shapes = {topic: _known(used.shapes.get(topic, []), seen.shapes.get(topic, []))
+                  for topic, row_type in ordered if used.row_types.get(topic) == row_type}
+        self.record(spark, batch_id + 1, Recorded(dict(ordered), decode.FIT_RULE,
+                                                  {topic: known for topic, known in shapes.items() if known}))
 
-    def record(self, spark: SparkSession, batch_id: int, row_types: dict[str, str]) -> None:
-        """Record the row types `batch_id` lands with (in their order), under this version's fit rule."""
+    def record(self, spark: SparkSession, batch_id: int, recorded: Recorded) -> None:
+        """Record the row types `batch_id` lands with (in their order) and their known shapes, under this
+        version's fit rule."""
         write_text(spark, f"{self.folder}/{batch_id % 2}", json.dumps({"batch": batch_id,
-                                                                        "row_types": list(row_types.items()),
-                                                                        "fit_rule": decode.FIT_RULE}))
+                                                                        "row_types": list(recorded.row_types.items()),
+                                                                        "fit_rule": decode.FIT_RULE,
+                                                                        "shapes": list(recorded.shapes.items())}))
 
     def _names_a_table(self, topic: str) -> bool:
         try:
@@ -198,6 +211,11 @@ class RowTypes:
         except UnmappableName:
             return False
         return True
+
+
+def _known(known: list[str], found: list[str]) -> list[str]:
+    """The known shapes, then those found that were not, up to `MAX_SHAPES`."""
+    return [*known, *sorted(set(found) - set(known))][:MAX_SHAPES]
 
 
 def refuse_half_landed(landing: Landing, report: BatchReport, fit_rule: int) -> None:
@@ -251,10 +269,13 @@ class KinesisTransport:
         recorded = self.row_types.of(landing.spark, report.batch_id)
         if recorded.row_types and recorded.fit_rule != decode.FIT_RULE:
             refuse_half_landed(landing, report, recorded.fit_rule)
-            # nothing of it landed: it lands under this version's rule, which its replays must know
-            self.row_types.record(landing.spark, report.batch_id, recorded.row_types)
-        seen = landing.land_learned(kafka_shaped(batch, report.batch_id), recorded.row_types, report)
-        self.row_types.learn(landing.spark, report.batch_id, recorded.row_types, seen)
+            # nothing of it landed: it lands under this version's rule, which its replays must know (shapes found
+            # under another rule are not kept)
+            recorded = Recorded(recorded.row_types, decode.FIT_RULE)
+            self.row_types.record(landing.spark, report.batch_id, recorded)
+        seen = landing.land_learned(kafka_shaped(batch, report.batch_id), recorded.row_types, report,
+                                    recorded.shapes)
+        self.row_types.learn(landing.spark, report.batch_id, recorded, seen)
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         landing.land(letters, report, store_dead_letters=False, registry_frames=False)
