@@ -151,7 +151,7 @@ class Moto(Service):
         return f"http://{self.host}:{self.cfg.stack.moto_port}"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.cfg.stack.moto_port)]
+        return [sys.executable, "-m", "pipeline.stack.moto_server", "-H", self.host, "-p", str(self.cfg.stack.moto_port)]
 
     def healthy(self) -> bool:
         try:

@@ -69,6 +69,21 @@ def test_stages_write_glue_tables_that_athena_and_pyiceberg_read(glue_cfg: Pipel
     assert_athena_ddl_parses(cfg, spark, source.tables())
 
 
+def test_the_stacks_glue_refuses_an_update_at_a_stale_version_as_aws_does(glue_cfg: PipelineConfig) -> None:
+    """The optimistic lock the next test relies on (`pipeline/stack/moto_server.py`): moto alone ignores it."""
+    glue = boto3.client("glue", **glue_cfg.aws.boto3_kwargs())
+    database, name = f"versions{uuid.uuid4().hex[:8]}", "t"
+    glue.create_database(DatabaseInput={"Name": database})
+    glue.create_table(DatabaseName=database, TableInput={"Name": name, "Parameters": {"metadata_location": "v1"}})
+    read = glue.get_table(DatabaseName=database, Name=name)["Table"]["VersionId"]
+    glue.update_table(DatabaseName=database, TableInput={"Name": name, "Parameters": {"metadata_location": "v2"}},
+                      VersionId=read)
+    with pytest.raises(glue.exceptions.ConcurrentModificationException):
+        glue.update_table(DatabaseName=database, TableInput={"Name": name, "Parameters": {"metadata_location": "v3"}},
+                          VersionId=read)
+    assert glue.get_table(DatabaseName=database, Name=name)["Table"]["Parameters"]["metadata_location"] == "v2"
+
+
 def test_concurrent_commits_through_glue_all_land(glue_cfg: PipelineConfig, spark) -> None:
     """Glue's table version is the optimistic lock: a writer that loses re-reads and retries, none is lost."""
     ref = f"{glue_cfg.catalog.name}.concurrency.t{uuid.uuid4().hex[:8]}"
