@@ -1,9 +1,12 @@
-"""moto's server, with Glue's `UpdateTable` refusing a stale `VersionId` as AWS does.
+"""moto's server, with two corrections to moto 5.2.5. Started as `python -m pipeline.stack.moto_server`, with
+`moto.server`'s arguments.
 
-Iceberg's Glue catalog commits with the table's `VersionId` from its last read (optimistic locking) and retries
-on `ConcurrentModificationException`. moto 5 ignores that `VersionId`, so of two commits that read the same
-version both succeed there, and the second drops the first's snapshot: a lost write that AWS never lets happen.
-Started as `python -m pipeline.stack.moto_server`, with `moto.server`'s arguments.
+- Glue's `UpdateTable` refuses a stale `VersionId` as AWS does. Iceberg's Glue catalog commits with the table's
+  `VersionId` from its last read (optimistic locking) and retries on `ConcurrentModificationException`; moto
+  ignores that `VersionId`, so of two commits that read the same version both succeed there, and the second
+  drops the first's snapshot: a lost write that AWS never lets happen.
+- A Kinesis shard finds its newest sequence number without copying its whole key list, which moto does for every
+  record put: producing 200k records into 4 shards took 22 minutes. Same answers, in constant time.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import threading
 from moto.core.responses import ActionResult
 from moto.glue.exceptions import GlueClientError
 from moto.glue.responses import GlueResponse
+from moto.kinesis.models import Shard
 from moto.server import main
 
 
@@ -36,7 +40,17 @@ def _update_table_at_its_version(self: GlueResponse) -> ActionResult:
         return _update_table(self)
 
 
+def _max_sequence_number(self: Shard) -> int:
+    return next(reversed(self.records), 0)  # records are kept in sequence order
+
+
+def _min_sequence_number(self: Shard) -> int:
+    return next(iter(self.records), 0)
+
+
 GlueResponse.update_table = _update_table_at_its_version
+Shard.get_max_sequence_number = _max_sequence_number
+Shard.get_min_sequence_number = _min_sequence_number
 
 if __name__ == "__main__":
     main()
