@@ -54,6 +54,7 @@ from pipeline.runtime import logs  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.sources.kinesis.client import Kinesis  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402
+from pipeline.stack.services import Moto  # noqa: E402
 from pipeline.stages.changelog import ChangelogStage  # noqa: E402
 from pipeline.stages.changelog.transports.kinesis import client_options_for  # noqa: E402
 from simulators.kinesis import KinesisTransport  # noqa: E402
@@ -180,7 +181,7 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int, wa
         time_stage(cfg, spark, stream, home)
     _, _, after = raw_get_records(cfg, stream, {})
     records = produce(cfg, home, stream, shards, events, 0, rounds)
-    moto, jvm = f"moto.server -H {cfg.stack.host} -p {cfg.stack.moto_port}", spark._jvm.ProcessHandle.current().pid()
+    moto, jvm = " ".join(Moto(cfg).command()[2:]), spark._jvm.ProcessHandle.current().pid()
     before = Snapshot.take(moto, None)
     raw_records, raw_s, _ = raw_get_records(cfg, stream, after)
     raw_cpu = Snapshot.take(moto, None) - before
