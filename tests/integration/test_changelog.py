@@ -22,7 +22,7 @@ from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
-from tests.conftest import REPO, TEST_SETTINGS, free_port, make_config
+from tests.conftest import PROCESS_SETTINGS, REPO, TEST_SETTINGS, free_port, make_config
 
 pytestmark = pytest.mark.integration
 
@@ -179,7 +179,7 @@ class _StageProcess:
     """`python -m pipeline changelog` in its own process group, with its log lines collected."""
 
     def __init__(self, prefix: str, checkpoint: Path, *args: str, settings: list[str] | None = None) -> None:
-        settings = [*TEST_SETTINGS, f"changelog.checkpoint={checkpoint}", "changelog.trigger_interval=1 second",
+        settings = [*PROCESS_SETTINGS, f"changelog.checkpoint={checkpoint}", "changelog.trigger_interval=1 second",
                     "changelog.max_offsets_per_trigger=150", "spark.driver_memory=1g", *(settings or [])]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], "changelog",
@@ -218,9 +218,9 @@ def test_sigkill_at_any_point_loses_and_duplicates_nothing(stack, spark, cfg: Pi
         time.sleep(rng.uniform(0.0, 2.5))
         stage.kill()
     # The restart first replays the batch the last kill interrupted, with the offsets its offset log fixed; the
-    # rest needs no small batches (the kills did), so it lands in one.
-    final = _StageProcess(prefix, checkpoint, "--until-caught-up", settings=["changelog.max_offsets_per_trigger=5000"])
-    assert final.proc.wait(timeout=600) == 0, "".join(final.lines[-30:])
+    # rest needs no small batches (the kills did), so it lands in one. It runs here, on the session's Spark: no
+    # third JVM to start.
+    _stage(cfg, spark, prefix, checkpoint, max_offsets_per_trigger=5000).run(until_caught_up=True)
     expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
     landed = _landed(spark, cfg, prefix, "debezium")
     assert sorted(landed) == sorted(expected)  # nothing lost, nothing twice

@@ -27,7 +27,7 @@ from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from tables.lake import lake_table
 from tables.pending import mirror_state, pending_table
-from tests.conftest import REPO, TEST_SETTINGS
+from tests.conftest import PROCESS_SETTINGS, REPO
 
 pytestmark = pytest.mark.integration
 
@@ -253,7 +253,7 @@ def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(scd_type: int, l
     cfg = _own_mirrors(cfg, f"k{scd_type}", scd_type={table: scd_type for table in source.tables()})
     keys = [f"--set=mirror.keys.{table}={cfg.mirror.key_columns(table)[0]}" for table in source.tables()]
     keys += [f"--set=mirror.scd_type.{table}={scd_type}" for table in source.tables()]
-    command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in TEST_SETTINGS],
+    command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in PROCESS_SETTINGS],
                *keys, f"--set=mirror.tables={','.join(source.tables())}", f"--set=mirror.namespace={cfg.mirror.namespace}",
                "mirror"]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -220,13 +220,13 @@ def test_reprocess_a_batch_range_and_its_dry_run(source_spark, stack, cfg: Pipel
 
 CONSUMER = """
 import json, pathlib, sys, time
-from tests.conftest import make_config
+from tests.conftest import SHORT_LIVED_JVM, make_config
 from pipeline.runtime.spark import get_spark
 from pipeline.sources import register
 from pipeline.sources.s3sqs.status import clear_status, read_status
 
 options, out, stall = json.loads(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3] == "stall"
-spark = get_spark(make_config())
+spark = get_spark(make_config(SHORT_LIVED_JVM))
 register(spark)
 clear_status(options["checkpointLocation"])
 

@@ -23,7 +23,7 @@ from pipeline.stack.process import port_in_use
 from pipeline.stack.java import find_java
 from tables.lake import table_names
 from tables.views import lake_views
-from tests.conftest import REPO, TEST_SETTINGS, free_port
+from tests.conftest import PROCESS_SETTINGS, REPO, free_port
 from tests.integration.test_mirror import Source, _own_mirrors
 
 pytestmark = pytest.mark.integration
@@ -103,7 +103,7 @@ def sql_server(lake, tmp_path: Path) -> Iterator[str]:
     process; yields its JDBC URL."""
     namespace = lake[0].mirror.namespace
     port, log_file = free_port(), tmp_path / "sql-server.log"
-    command = [sys.executable, "-m", "pipeline", *[f"--set={s}" for s in TEST_SETTINGS],
+    command = [sys.executable, "-m", "pipeline", *[f"--set={s}" for s in PROCESS_SETTINGS],
                "--set=spark.master=local[1]", "--set=spark.driver_memory=1g", f"--set=mirror.namespace={namespace}",
                "sql-server", "--port", str(port)]
     with log_file.open("w") as log:
