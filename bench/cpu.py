@@ -77,7 +77,8 @@ class Snapshot:
 
     @classmethod
     def take(cls, service: str, jvm_pid: int | None) -> Snapshot:
-        """`service`: text in the command line of the service's process (e.g. `pipeline.stack.moto_server -H 127.0.0.1 -p 25001`)."""
+        """`service`: text in the command line of the service's process (e.g.
+        `pipeline.stack.moto_server -H 127.0.0.1 -p 25001`)."""
         processes = _processes()
         served = sum(_seconds(_stat(f"/proc/{pid}/stat") or ["0"] * 15, children=True)
                      for pid, (_, command) in processes.items() if service in command)

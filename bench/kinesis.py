@@ -181,7 +181,8 @@ def measure(cfg: PipelineConfig, spark, home: Path, shards: int, events: int, wa
         time_stage(cfg, spark, stream, home)
     _, _, after = raw_get_records(cfg, stream, {})
     records = produce(cfg, home, stream, shards, events, 0, rounds)
-    moto, jvm = " ".join(Moto(cfg).command()[2:]), spark._jvm.ProcessHandle.current().pid()
+    moto = " ".join(Moto(cfg).command()[2:])  # the stack moto's module and arguments, after `python -m`
+    jvm = spark._jvm.ProcessHandle.current().pid()
     before = Snapshot.take(moto, None)
     raw_records, raw_s, _ = raw_get_records(cfg, stream, after)
     raw_cpu = Snapshot.take(moto, None) - before
