@@ -3,19 +3,24 @@ baseline measured in the same run on the same machine.
 
 1. The simulator (`Simulation`, the project's serde and Debezium encoder) writes a pool of distinct changes of
    the `employee` table, evolving its schema a tenth of the way in, so old and new writer versions interleave.
-   The pool is captured, then replayed to Kafka until `--events` messages are there: every message is a
-   real, registry-framed Debezium event; repeats of the pool are redeliveries, as a replaying producer makes.
+   The pool is captured, then replayed to Kafka until each topic holds its events: every message is a real,
+   registry-framed Debezium event (its writer schemas registered under the topic's subject, in order); repeats
+   of the pool are redeliveries, as a replaying producer makes.
 2. The stage (`ChangelogStage(...).run(until_caught_up=True)`) drains the topic into its changelog table.
 3. The baseline drains a topic of as many version-1 messages with one fixed schema: Kafka -> `from_avro` ->
    an Iceberg append, no normalisation, no routing, no dead letters, no idempotency check.
 4. The same over `--topics` topics (tables) of `--topic-events` events each: the stage drains them all in one
    run; the baseline drains each topic into its own table, one plain query after the other.
-Both are first run untimed on `--warmup` events of their own topics, so neither timing includes the JVM's
-warm-up (class loading, JIT), which otherwise fell on whichever ran first: the stage.
+
+Both sides are first run untimed on `--warmup` events of their own topics (class loading). Then each case is
+raced `--rounds` times, each round on new topics: the first round is the first run of its size in this JVM,
+which still pays the JIT's compiling of the new code (the stage's four generated stages take longer to compile
+than the baseline's one); the last round is the steady state a running stream sees, and the closing line's
+figure.
 
 Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog.py [--events 1000000] [--topics 10]
-[--topic-events 100000] [--warmup 50000] [--set k=v ...]
-Ends with: `changelog: <events/s> events/s, <ratio>x baseline; <topics> topics <ratio>x`.
+[--topic-events 100000] [--warmup 50000] [--rounds 2] [--set k=v ...]
+Ends with: `changelog: <events/s> events/s, <ratio>x baseline; <topics> topics <ratio>x` (the last rounds).
 """
 
 from __future__ import annotations
@@ -90,9 +95,7 @@ def produce(cfg: PipelineConfig, topic: str, pool: list[Message], count: int) ->
 
 def reframed(serde, pool: list[Message], topic: str) -> list[Message]:
     """The pool's messages with their writer schemas registered under `topic`'s subject, in order, and each
-    frame naming the id the registry gave it there (the pool's own topic: the messages as they are)."""
-    if topic == pool[0].topic:
-        return pool
+    frame naming the id the registry gave it there."""
     ids = {}
     for writer in sorted({confluent_unframe(m.value)[0] for m in pool if m.value}):
         ids[writer] = serde.registry.register(f"{topic}-value", serde.registry.schema(writer))
@@ -128,27 +131,24 @@ def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, ho
     return time.perf_counter() - started
 
 
-def race(cfg: PipelineConfig, spark, topics: int, events: int, home: Path) -> tuple[float, float]:
-    """Seconds the stage and the baseline take to drain `events` messages from each of `topics` topics of
-    their own. The stage's first topic has its own simulation (the registry subjects are named after it); the
-    others carry the same messages, their writer schemas registered under each topic's subject in order."""
-    prefix = f"bench{uuid.uuid4().hex[:6]}"
-    pool = simulate_pool(cfg, prefix, min(POOL, events))
+def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: int, tag: str, home: Path
+         ) -> tuple[float, float]:
+    """Seconds the stage and the baseline take to drain `events` messages from each of `topics` new topics of
+    their own, named after the pool's prefix and `tag` (unique to the race)."""
     serde = serde_from_settings(cfg.registry, cfg.aws)
-    writers = sorted({confluent_unframe(m.value)[0] for m in pool if m.value})
+    prefix = pool[0].topic.split(".", 1)[0]
     first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
-    print(f"simulated {len(pool):,} distinct changes, writer schema ids {writers}", flush=True)
-    stage_topics = [pool[0].topic] + [pool[0].topic.replace(prefix, f"{prefix}t{n}", 1) for n in range(1, topics)]
+    stage_topics = [pool[0].topic.replace(prefix, f"{prefix}{tag}t{n}", 1) for n in range(topics)]
+    baseline_topics = [f"{prefix}{tag}-baseline{n}" for n in range(topics)]
     v1 = [m for m in pool if m.value and confluent_unframe(m.value)[0] == first]
-    baseline_topics = [f"{prefix}-baseline{n}" for n in range(topics)]
     for stage_topic, baseline_topic in zip(stage_topics, baseline_topics):
         produce(cfg, stage_topic, reframed(serde, pool, stage_topic), events)
         produce(cfg, baseline_topic, v1, events)
     schema = serde.registry.schema(first)
     print(f"stage: draining {topics} topic(s) ...", flush=True)
-    stage_s = time_stage(cfg, spark, rf"{prefix}(t\d+)?\..*", home / prefix)
+    stage_s = time_stage(cfg, spark, rf"{prefix}{tag}t\d+\..*", home / f"{prefix}{tag}")
     print(f"baseline: draining {topics} topic(s) ...", flush=True)
-    return stage_s, time_baseline(cfg, spark, baseline_topics, schema, home / prefix)
+    return stage_s, time_baseline(cfg, spark, baseline_topics, schema, home / f"{prefix}{tag}")
 
 
 def report(name: str, events: int, stage_s: float, baseline_s: float) -> tuple[float, float]:
@@ -165,20 +165,28 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=10)
     parser.add_argument("--topic-events", type=int, default=100_000)
     parser.add_argument("--warmup", type=int, default=50_000, help="events of the untimed first run of each")
+    parser.add_argument("--rounds", type=int, default=2, help="races of each case; the last one is the figure")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logs.configure("INFO")  # the stage's progress line per batch
     cfg = load_config(overrides=args.overrides)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
     spark = get_spark(cfg)
+    pool = simulate_pool(cfg, f"bench{uuid.uuid4().hex[:6]}", POOL)
+    writers = sorted({confluent_unframe(m.value)[0] for m in pool if m.value})
+    print(f"simulated {len(pool):,} distinct changes, writer schema ids {writers}", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         if args.warmup:
             print(f"warm-up: {args.warmup:,} events each, untimed", flush=True)
-            race(cfg, spark, 1, args.warmup, Path(folder))
-        stage_rate, one = report("1 topic", args.events, *race(cfg, spark, 1, args.events, Path(folder)))
-        _, many = report(f"{args.topics} topics", args.topics * args.topic_events,
-                         *race(cfg, spark, args.topics, args.topic_events, Path(folder)))
+            race(cfg, spark, pool, 1, args.warmup, "w", Path(folder))
+        cases = [("1 topic", 1, args.events), (f"{args.topics} topics", args.topics, args.topic_events)]
+        ratios = {}
+        for case, (name, topics, events) in enumerate(cases):
+            for round_ in range(1, args.rounds + 1):
+                ratios[name] = report(f"{name}, round {round_}", topics * events,
+                                      *race(cfg, spark, pool, topics, events, f"c{case}r{round_}", Path(folder)))
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
+    (stage_rate, one), (_, many) = ratios["1 topic"], ratios[f"{args.topics} topics"]
     print(f"changelog: {stage_rate:.0f} events/s, {one:.2f}x baseline; {args.topics} topics {many:.2f}x")
 
 
