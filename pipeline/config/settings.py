@@ -395,6 +395,8 @@ class MirrorSettings(_Section):
                                                          "whose change updates the version in place")
     consistent: bool = Field(False, description="merge all tables of a run up to one common source position")
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
+    concurrent_tables: int = Field(4, ge=1, description="tables a run merges at once, each in a thread and "
+                                   "session of its own: one table's driver work overlaps another's tasks")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
     deleted_view_suffix: str = Field("_deleted", pattern=r"^[A-Za-z0-9_]+$", description="mirror view of soft deletes")
     history_view_suffix: str = Field("_history", pattern=r"^[A-Za-z0-9_]+$",

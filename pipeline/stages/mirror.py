@@ -12,10 +12,12 @@ changes nothing either: re-runs, replays after a lost watermark, and concurrent 
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import structlog
 
@@ -72,10 +74,18 @@ class MirrorStage:
     def __init__(self, cfg: PipelineConfig, spark: SparkSession) -> None:
         self.cfg = cfg
         self.settings = cfg.mirror
-        # A private session: commit metadata travels in session settings, which must not leak into other work.
-        self.spark = spark.newSession()
+        # A private session: commit metadata travels in session settings, which must not leak into other work,
+        # nor into the tables merged beside it (each worker of `run_once` borrows a session of its own)
+        self._session = spark.newSession()
+        self._idle: queue.SimpleQueue[SparkSession] = queue.SimpleQueue()  # the workers' sessions, between tables
+        self._thread = threading.local()
         if cfg.lake.format == "iceberg":
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, self.settings.namespace)}")
+
+    @property
+    def spark(self) -> SparkSession:
+        """The calling thread's session: the stage's own, or the one a worker of `run_once` borrowed."""
+        return getattr(self._thread, "spark", None) or self._session
 
     def tables(self, requested: Iterable[str] = ()) -> list[str]:
         """The changelog tables to mirror: the requested ones, else `mirror.tables`, else all but dead letters."""
@@ -89,16 +99,42 @@ class MirrorStage:
         return wanted
 
     def run_once(self, requested: Iterable[str] = ()) -> list[TableReport]:
+        """Merge each table once, up to `mirror.concurrent_tables` at a time, each in a thread and session of its
+        own: one table's driver work (reading its watermark, planning the merge, the commit) is about half of a
+        small table's merge, and would otherwise leave the executors idle. Every table is tried; a failure is
+        raised (the first, in table order) once the others are done."""
+        from pyspark import inheritable_thread_target
+
         names = self.tables(requested)
         limit = self.common_position(names) if self.settings.consistent else None
-        reports = []
         glue = DeltaGlue.enabled(self.cfg, self.spark)
-        for name in names:
-            reports.append(self._merge_with_retries(name, limit))
-            log.info("mirror.table", summary=reports[-1].line())
+
+        def merge(name: str) -> TableReport:
+            report = self._merge_with_retries(name, limit)
+            log.info("mirror.table", summary=report.line())
             if glue is not None and lake_table(self.cfg, self.spark, self.settings.namespace, name).exists():
                 glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
-        return reports
+            return report
+
+        workers = min(self.settings.concurrent_tables, len(names))
+        if workers <= 1:
+            return [merge(name) for name in names]
+        with ThreadPoolExecutor(workers, thread_name_prefix="mirror") as pool:
+            return list(pool.map(inheritable_thread_target(self._session)(self._in_own_session(merge)), names))
+
+    def _in_own_session(self, merge: Callable[[str], TableReport]) -> Callable[[str], TableReport]:
+        """`merge` run in a session of the worker's own for the table's length, kept for the next table."""
+        def merged(name: str) -> TableReport:
+            try:
+                self._thread.spark = self._idle.get_nowait()
+            except queue.Empty:
+                self._thread.spark = self._session.newSession()
+            try:
+                return merge(name)
+            finally:
+                self._idle.put(self._thread.spark)
+                self._thread.spark = None
+        return merged
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),
                   stopping: threading.Event | None = None) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
-from pipeline.stages.mirror import MirrorStage, watermark
+from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
 from pipeline.ops.timetravel import history, query, state
 from pipeline.ops.verify import source_time_us, verify_lake
 from registry.factory import serde_from_settings
@@ -245,6 +245,19 @@ def test_consistent_mode_merges_every_table_up_to_one_source_position(landed, sp
     _assert_equal_to_truth(relaxed, spark, truth, source.tables())
 
 
+def test_tables_merge_at_once_and_one_that_fails_stops_none_of_the_others(landed, spark) -> None:
+    cfg, source, truth = landed
+    unkeyed = source.tables()[1]
+    keys = {table: key for table, key in cfg.mirror.keys.items() if table != unkeyed}
+    cfg = _own_mirrors(cfg, "c", keys=keys, concurrent_tables=4)
+    with pytest.raises(MirrorError, match=f"table {unkeyed} has no key columns: set mirror.keys.{unkeyed}"):
+        MirrorStage(cfg, spark).run_once()
+    merged = [table for table in source.tables() if table != unkeyed]
+    assert all(watermark(lake_table(cfg, spark, cfg.mirror.namespace, table)) is not None for table in merged)
+    assert not lake_table(cfg, spark, cfg.mirror.namespace, unkeyed).exists()
+    _assert_equal_to_truth(cfg, spark, truth, merged)  # each table's own changes and watermark, in sessions of their own
+
+
 @pytest.mark.parametrize("scd_type", [1, 2])
 def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(scd_type: int, landed, spark) -> None:
     """With `scd_type = 2`, `verify` compares every version of every key with the truth's (duplicates, reordered
@@ -259,15 +272,16 @@ def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(scd_type: int, l
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert process.stdout is not None
-    for line in process.stdout:  # kill it once the first table is merged and the second one is being merged
-        if '"mirror.table"' in line or f"{source.tables()[0]}:" in line:
+    for line in process.stdout:  # kill it once one table is merged and the others are being merged
+        first = next((t for t in source.tables() if '"mirror.table"' in line and f"{t}:" in line), None)
+        if first is not None:
             break
     else:
         pytest.fail("the mirror process ended before merging a table")
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
-    merged = lake_table(cfg, spark, cfg.mirror.namespace, source.tables()[0])
-    assert watermark(merged) is not None  # the first table was committed before the kill
+    merged = lake_table(cfg, spark, cfg.mirror.namespace, first)
+    assert watermark(merged) is not None  # the table reported merged was committed before the kill
     MirrorStage(cfg, spark).run_once()
     _assert_equal_to_truth(cfg, spark, truth, source.tables())
     for table in source.tables():
