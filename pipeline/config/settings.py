@@ -466,6 +466,8 @@ class MaintenanceSettings(_Section):
     orphan_age_hours: float = Field(72.0, ge=24, description="unreferenced files older than this are deleted; "
                                     "Iceberg refuses less than 24 h (a running write's files look unreferenced)")
     target_file_mb: int = Field(128, ge=1, description="compaction's target data file size")
+    concurrent_tables: int = Field(4, ge=1, description="tables maintained at once, each in a thread and "
+                                   "session of its own")
 
 
 class StatusSettings(_Section):

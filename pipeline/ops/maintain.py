@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 import structlog
 
 from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.sessions import SessionPool
 from pipeline.stages.mirror import WATERMARK
 from tables.lake import lake_table, table_names
 from tables.maintenance import MaintenanceReport, maintain
@@ -25,22 +26,32 @@ log = structlog.get_logger(__name__)
 
 
 def maintain_lake(cfg: PipelineConfig, spark: SparkSession, tables: Sequence[str] = ()) -> list[MaintenanceReport]:
-    reports = []
-    for name in tables or table_names(cfg, spark, cfg.changelog.namespace):
-        mirror, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
-        if pending is not None and cfg.mirror.key_columns(name):
-            fold(cfg, spark, name)
-        elif pending is not None:
-            log.warning("maintain.not_folded", table=name, fix=f"set mirror.keys.{name} (the fold resolves by key)")
-        # The watermark is in the pending table's commits once it has one, else in the mirror's.
-        marked = [(table, table.commit_metadata(WATERMARK)) for table in (pending, mirror)
-                  if table is not None and table.exists()]
-        newest = next((found for _, found in marked if found), None)
-        changelog = lake_table(cfg, spark, cfg.changelog.namespace, name)
-        if changelog.exists():
-            reports.append(maintain(changelog, cfg.maintenance, frozenset({int(newest[1])} if newest else ())))
-        for table, found in reversed(marked):
-            reports.append(maintain(table, cfg.maintenance, frozenset({found[0]} if found else ())))
+    """Every table's reports (its changelog, then its pending table and mirror), tables in order; up to
+    `maintenance.concurrent_tables` tables at once, each in a thread and session of its own."""
+    sessions = SessionPool(spark)
+    names = list(tables or table_names(cfg, spark, cfg.changelog.namespace))
+    per_table = sessions.map(lambda name: _maintain_table(cfg, sessions.current, name), names,
+                             cfg.maintenance.concurrent_tables, "maintain")
+    reports = [report for found in per_table for report in found]
     for report in reports:
         log.info("maintain.table", summary=report.line())
+    return reports
+
+
+def _maintain_table(cfg: PipelineConfig, spark: SparkSession, name: str) -> list[MaintenanceReport]:
+    mirror, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
+    if pending is not None and cfg.mirror.key_columns(name):
+        fold(cfg, spark, name)
+    elif pending is not None:
+        log.warning("maintain.not_folded", table=name, fix=f"set mirror.keys.{name} (the fold resolves by key)")
+    # The watermark is in the pending table's commits once it has one, else in the mirror's.
+    marked = [(table, table.commit_metadata(WATERMARK)) for table in (pending, mirror)
+              if table is not None and table.exists()]
+    newest = next((found for _, found in marked if found), None)
+    changelog = lake_table(cfg, spark, cfg.changelog.namespace, name)
+    reports = []
+    if changelog.exists():
+        reports.append(maintain(changelog, cfg.maintenance, frozenset({int(newest[1])} if newest else ())))
+    for table, found in reversed(marked):
+        reports.append(maintain(table, cfg.maintenance, frozenset({found[0]} if found else ())))
     return reports

@@ -12,18 +12,17 @@ changes nothing either: re-runs, replays after a lost watermark, and concurrent 
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import structlog
 
 from cdc.validate import ChangeError
 from pipeline.api.apply import apply_changes
 from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.sessions import SessionPool
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
@@ -76,16 +75,14 @@ class MirrorStage:
         self.settings = cfg.mirror
         # A private session: commit metadata travels in session settings, which must not leak into other work,
         # nor into the tables merged beside it (each worker of `run_once` borrows a session of its own)
-        self._session = spark.newSession()
-        self._idle: queue.SimpleQueue[SparkSession] = queue.SimpleQueue()  # the workers' sessions, between tables
-        self._thread = threading.local()
+        self._sessions = SessionPool(spark.newSession())
         if cfg.lake.format == "iceberg":
             self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, self.settings.namespace)}")
 
     @property
     def spark(self) -> SparkSession:
         """The calling thread's session: the stage's own, or the one a worker of `run_once` borrowed."""
-        return getattr(self._thread, "spark", None) or self._session
+        return self._sessions.current
 
     def tables(self, requested: Iterable[str] = ()) -> list[str]:
         """The changelog tables to mirror: the requested ones, else `mirror.tables`, else all but dead letters."""
@@ -103,8 +100,6 @@ class MirrorStage:
         own: one table's driver work (reading its watermark, planning the merge, the commit) is about half of a
         small table's merge, and would otherwise leave the executors idle. Every table is tried; a failure is
         raised (the first, in table order) once the others are done."""
-        from pyspark import inheritable_thread_target
-
         names = self.tables(requested)
         limit = self.common_position(names) if self.settings.consistent else None
         glue = DeltaGlue.enabled(self.cfg, self.spark)
@@ -116,25 +111,7 @@ class MirrorStage:
                 glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
             return report
 
-        workers = min(self.settings.concurrent_tables, len(names))
-        if workers <= 1:
-            return [merge(name) for name in names]
-        with ThreadPoolExecutor(workers, thread_name_prefix="mirror") as pool:
-            return list(pool.map(inheritable_thread_target(self._session)(self._in_own_session(merge)), names))
-
-    def _in_own_session(self, merge: Callable[[str], TableReport]) -> Callable[[str], TableReport]:
-        """`merge` run in a session of the worker's own for the table's length, kept for the next table."""
-        def merged(name: str) -> TableReport:
-            try:
-                self._thread.spark = self._idle.get_nowait()
-            except queue.Empty:
-                self._thread.spark = self._session.newSession()
-            try:
-                return merge(name)
-            finally:
-                self._idle.put(self._thread.spark)
-                self._thread.spark = None
-        return merged
+        return self._sessions.map(merge, names, self.settings.concurrent_tables, "mirror")
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),
                   stopping: threading.Event | None = None) -> None:

@@ -1,0 +1,43 @@
+"""`SessionPool`: work on several tables at once, each in a thread and a Spark session of its own."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pipeline.runtime.sessions import SessionPool
+
+pytestmark = pytest.mark.integration
+
+KEY = "pipeline.test.item"
+
+
+def test_items_at_once_never_see_each_others_settings(spark) -> None:
+    pool = SessionPool(spark)
+    both_in_flight = threading.Barrier(2, timeout=120)
+
+    def work(item: str) -> tuple[str, bool]:
+        session = pool.current
+        session.conf.set(KEY, item)
+        both_in_flight.wait()  # each item has set its value before either reads it back
+        return session.conf.get(KEY), session is not spark
+
+    assert pool.map(work, ["a", "b"], workers=2, name="test") == [("a", True), ("b", True)]
+    assert spark.conf.get(KEY, None) is None
+    assert pool.current is spark  # outside the workers: the root
+
+
+def test_a_failing_item_stops_none_of_the_others_and_is_raised(spark) -> None:
+    pool, done = SessionPool(spark), []
+
+    def work(item: str) -> str:
+        if item == "bad":
+            raise ValueError(f"{item} failed")
+        done.append(item)
+        return item
+
+    with pytest.raises(ValueError, match="bad failed"):
+        pool.map(work, ["a", "bad", "c", "d"], workers=2, name="test")
+    assert sorted(done) == ["a", "c", "d"]
+    assert pool.map(work, ["e"], workers=2, name="test") == ["e"]  # one item: in the calling thread
