@@ -38,9 +38,10 @@ class SessionPool:
         first failure stops them."""
         from pyspark import inheritable_thread_target
 
-        if min(workers, len(items)) <= 1:
+        workers = min(workers, len(items))
+        if workers <= 1:
             return [work(item) for item in items]
-        with ThreadPoolExecutor(min(workers, len(items)), thread_name_prefix=name) as pool:
+        with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
             return list(pool.map(inheritable_thread_target(self.root)(self._borrowing(work)), items))
 
     def _borrowing(self, work: Callable[[T], R]) -> Callable[[T], R]:
