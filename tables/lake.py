@@ -81,6 +81,18 @@ def lake_table(cfg: PipelineConfig, spark: SparkSession, namespace: str, name: s
     return IcebergLakeTable(spark, name, namespace, cfg)
 
 
+def create_namespace(spark: SparkSession, catalog: str, namespace: str) -> None:
+    """Create `catalog.namespace` unless it exists, also when another session creates it at the same moment: the
+    JDBC catalog checks, then inserts, so of two sessions that both find it missing, the second insert fails
+    (tables merged at once meet here). A namespace that exists once the create has failed is what was asked."""
+    where = quote(catalog, namespace)
+    try:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {where}")
+    except Exception:
+        if not spark.catalog.databaseExists(where):
+            raise
+
+
 def table_names(cfg: PipelineConfig, spark: SparkSession, namespace: str) -> list[str]:
     """The tables of one namespace, sorted; none when the namespace does not exist yet."""
     if cfg.lake.format == "delta":

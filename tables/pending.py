@@ -20,7 +20,7 @@ import structlog
 from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
 from tables.history import append_versions, history_state, overlaid_history, write_versions
-from tables.lake import (IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf,
+from tables.lake import (IcebergLakeTable, create_namespace, LakeTable, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
 from tables.names import quote
 
@@ -65,7 +65,7 @@ def state_columns(base: LakeTable) -> list[str]:
 def create_pending(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, like: DataFrame) -> IcebergLakeTable:
     """An empty pending table with the base's columns and `_unchanged`. Unpartitioned: an append writes one file
     per task instead of shuffling the changes into the base's partitions, and a lookup reads a few small files."""
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, cfg.mirror.pending_namespace)}")
+    create_namespace(spark, cfg.catalog.name, cfg.mirror.pending_namespace)
     table = IcebergLakeTable(spark, base.name, cfg.mirror.pending_namespace, cfg)
     table.create(with_unchanged(like), [], "copy-on-write")
     return table

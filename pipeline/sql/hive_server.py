@@ -21,7 +21,7 @@ from pipeline.runtime import jvm
 from pipeline.config.settings import PipelineConfig
 from pipeline.stack.process import port_in_use
 from pipeline.ops.timetravel import register_delta_tables
-from tables.names import quote
+from tables.lake import create_namespace
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -47,7 +47,7 @@ def start_sql_server(cfg: PipelineConfig, spark: SparkSession, host: str, port: 
     if port_in_use(host, port):
         raise SqlServerError(f"sql-server: port {port} on {host} is already in use; pick another with --port")
     for namespace in (cfg.changelog.namespace, cfg.mirror.namespace):  # a client's `USE <namespace>` must work
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, namespace)}")
+        create_namespace(spark, cfg.catalog.name, namespace)
     if cfg.lake.format == "delta":
         register_delta_tables(cfg, spark)
     # The server reads its address from the session's Hadoop configuration, which session settings feed.

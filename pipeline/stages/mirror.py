@@ -26,8 +26,7 @@ from pipeline.runtime.sessions import SessionPool
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
-from tables.lake import LakeTable, lake_table, table_names
-from tables.names import quote
+from tables.lake import LakeTable, create_namespace, lake_table, table_names
 from tables.pending import WATERMARK, pending_columns, pending_table
 from tables.views import replace_views, table_views
 
@@ -77,7 +76,7 @@ class MirrorStage:
         # nor into the tables merged beside it (each worker of `run_once` borrows a session of its own)
         self._sessions = SessionPool(spark.newSession())
         if cfg.lake.format == "iceberg":
-            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(cfg.catalog.name, self.settings.namespace)}")
+            create_namespace(self.spark, cfg.catalog.name, self.settings.namespace)
 
     @property
     def spark(self) -> SparkSession:

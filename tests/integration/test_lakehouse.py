@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import boto3
@@ -9,7 +10,9 @@ import pytest
 
 from pipeline.ops import smoke
 from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.sessions import SessionPool
 from tables.catalog import load_pyiceberg_catalog, pyiceberg_properties, spark_catalog_conf
+from tables.lake import create_namespace
 from tests.conftest import make_config
 
 pytestmark = pytest.mark.integration
@@ -25,6 +28,22 @@ def test_iceberg_written_by_spark_is_read_by_pyiceberg(spark, cfg: PipelineConfi
     assert sorted(tuple(r) for r in spark.table(f"it.{table}").collect()) == ROWS  # the default catalog
     arrow = load_pyiceberg_catalog(cfg.catalog, cfg.aws).load_table(("it", table)).scan().to_arrow()
     assert sorted(zip(*arrow.to_pydict().values())) == ROWS
+
+
+def test_sessions_create_one_namespace_at_the_same_moment(spark, cfg: PipelineConfig) -> None:
+    """Tables merged at once each create the mirror's namespaces; the JDBC catalog's check-then-insert must not
+    fail the sessions that lose the race."""
+    pool = SessionPool(spark)
+    for _ in range(3):
+        namespace = f"ns_{uuid.uuid4().hex[:8]}"
+        together = threading.Barrier(4, timeout=120)
+
+        def create(_: int) -> bool:
+            together.wait()
+            create_namespace(pool.current, cfg.catalog.name, namespace)
+            return pool.current.catalog.databaseExists(f"{cfg.catalog.name}.{namespace}")
+
+        assert pool.map(create, range(4), workers=4, name="ns") == [True] * 4
 
 
 def test_delta_round_trip_with_time_travel(spark, cfg: PipelineConfig) -> None:

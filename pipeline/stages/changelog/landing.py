@@ -47,7 +47,7 @@ from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import BATCH_STARTED, Appended, Appender, DeltaAppender, IcebergAppender
 from tables.glue_delta import DeltaGlue
-from tables.lake import lake_table, table_names
+from tables.lake import create_namespace, lake_table, table_names
 from tables.names import SourceTable, UnmappableName
 from tables.owners import Owners
 
@@ -114,7 +114,7 @@ class Landing:
     def prepare(self) -> None:
         """Create the changelog namespace (Iceberg) before a first batch needs it."""
         if self.cfg.lake.format == "iceberg":
-            self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
+            create_namespace(self.spark, self.cfg.catalog.name, self.cfg.changelog.namespace)
 
     def land(self, batch: DataFrame, report: BatchReport, store_dead_letters: bool = True,
              registry_frames: bool = True) -> None:
