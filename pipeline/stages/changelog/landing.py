@@ -235,7 +235,7 @@ class Landing:
         for DMS JSON, the value parsed (`decode.PARSED`: the transport's, when it parsed it already)."""
         from pyspark.sql import functions as F
 
-        schema_id, compressed, kind = self._frame_columns("headers" in batch.columns, registry_frames)
+        schema_id, compressed, kind = frame_columns(self.framing, "headers" in batch.columns, registry_frames)
         transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED, decode.PARSED) if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            schema_id.alias("schema_id"), compressed.alias("compressed")).withColumn("kind", kind)
@@ -243,16 +243,6 @@ class Landing:
             return raw
         return raw.withColumn(decode.PARSED, F.when(F.col("kind") == Kind.JSON.value,
                                                     decode.parsed_json(F.col("value"))))
-
-    @functools.cache  # noqa: B019 - one Landing a stage; the columns are the same for every topic and batch
-    def _frame_columns(self, headers: bool, registry_frames: bool) -> tuple[Column, Column, Column]:
-        """The schema id, compressed and kind expressions (built over py4j call by call: a quarter of a second
-        a topic when built anew for each)."""
-        from pyspark.sql import functions as F
-
-        if not registry_frames:  # DMS JSON only: no registry frames, no registry lookups
-            return F.lit(None).cast("string"), F.lit(False), framing.kind(F.col("schema_id"))
-        return self.framing.schema_id(headers), self.framing.compressed(), framing.kind(F.col("schema_id"))
 
     def _one_pass(self, raw: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
         """One topic's records (`_classified`) decoded and appended as they are read, with no pass to plan
@@ -480,6 +470,17 @@ class Landing:
             self.glue.sync(self.cfg.changelog.namespace, name)
         return done
 
+
+
+@functools.lru_cache(maxsize=16)
+def frame_columns(frames: Framing, headers: bool, registry_frames: bool) -> tuple[Column, Column, Column]:
+    """The schema id, compressed and kind expressions, built once a process: built over py4j call by call, they
+    took a quarter of a second each time (a stage's first batch paid it, and each topic landed at once)."""
+    from pyspark.sql import functions as F
+
+    if not registry_frames:  # DMS JSON only: no registry frames, no registry lookups
+        return F.lit(None).cast("string"), F.lit(False), framing.kind(F.col("schema_id"))
+    return frames.schema_id(headers), frames.compressed(), framing.kind(F.col("schema_id"))
 
 
 def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
