@@ -39,22 +39,30 @@ DMS_OPERATIONS = ("load", "insert", "update", "delete")
 def avro(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: str, inflate: bool = False) -> DataFrame:
     """`writers`: schema id text -> writer schema text, for the ids present in `rows`; `inflate` when some
     bodies are compressed (`Framing.body`)."""
-    options = {"avroSchema": reader, "mode": "PERMISSIVE"}
-    body = framing.body(inflate)
-    ids_by_writer: dict[str, list[str]] = {}
-    for schema_id, writer in sorted(writers.items()):
-        ids_by_writer.setdefault(writer, []).append(schema_id)
-    # one branch per writer, whatever number of ids name it: each `from_avro` is a reader of its own in the
-    # generated code, and eight of them for two writers made the decode four times slower
-    # the body is cut once, as a column of its own, not in every branch: repeated, its frame tests made the
-    # generated method large enough for the JIT to leave it interpreted (HotSpot compiles none over 8000 bytes)
-    cases = [(F.col("schema_id").isin(ids), from_avro(F.col(BODY), writer, options))
-             for writer, ids in ids_by_writer.items()]
-    value = functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0]))
+    body, value = _avro_columns(framing, tuple(sorted(writers.items())), reader, inflate)
     decoded = rows.withColumn(BODY, body).withColumn("v", value).drop(BODY)
     fields = decoded.schema["v"].dataType.fieldNames()  # type: ignore[attr-defined]
     all_null = functools.reduce(operator.and_, [F.col("v")[name].isNull() for name in fields])
     return decoded.withColumn(VALID, F.col("v").isNotNull() & ~all_null)
+
+
+@functools.lru_cache(maxsize=256)
+def _avro_columns(framing: Framing, writers: tuple[tuple[str, str], ...], reader: str, inflate: bool
+                  ) -> tuple[Column, Column]:
+    """The body and the decoded value, built once for each topic's writers: built over py4j call by call, they
+    took a seventh of a second a topic and batch.
+
+    One branch per writer, whatever number of ids name it: each `from_avro` is a reader of its own in the
+    generated code, and eight of them for two writers made the decode four times slower. The body is cut once,
+    as a column of its own, not in every branch: repeated, its frame tests made the generated method large
+    enough for the JIT to leave it interpreted (HotSpot compiles none over 8000 bytes)."""
+    options = {"avroSchema": reader, "mode": "PERMISSIVE"}
+    ids_by_writer: dict[str, list[str]] = {}
+    for schema_id, writer in writers:
+        ids_by_writer.setdefault(writer, []).append(schema_id)
+    cases = [(F.col("schema_id").isin(ids), from_avro(F.col(BODY), writer, options))
+             for writer, ids in ids_by_writer.items()]
+    return framing.body(inflate), functools.reduce(lambda acc, case: acc.when(*case), cases[1:], F.when(*cases[0]))
 
 
 def parsed_json(values: Column) -> Column:
