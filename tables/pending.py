@@ -20,7 +20,7 @@ import structlog
 from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
 from tables.history import append_versions, history_state, overlaid_history, write_versions
-from tables.lake import (IcebergLakeTable, create_namespace, LakeTable, lake_table, merge_join_conf, session_conf,
+from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
 from tables.names import quote
 

@@ -471,7 +471,6 @@ class Landing:
         return done
 
 
-
 @functools.lru_cache(maxsize=16)
 def frame_columns(frames: Framing, headers: bool, registry_frames: bool) -> tuple[Column, Column, Column]:
     """The schema id, compressed and kind expressions, built once a process: built over py4j call by call, they
