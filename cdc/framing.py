@@ -117,16 +117,21 @@ class Framing:
             return F.lit(False)
         return _GLUE.present() & (F.substring("value", 2, 1) == F.lit(bytes([GLUE_ZLIB])))
 
-    def body(self, inflate: bool = False) -> Column:
-        """The Avro body (under `auto`, of rows that have their `schema_id` column). With `inflate`, compressed
-        bodies are inflated (null when they do not inflate, so the row decodes as malformed); leave it off for
-        batches without compressed rows, to keep them on the JVM."""
+    def body_offset(self) -> Column:
+        """Where the Avro body starts in the value: the length of its frame's header (0 when the id came in a
+        header)."""
         offsets = [(present, frame.header_bytes) for present, frame in self._frames()]
         if self.reads_headers:
             offsets.insert(0, (_from_headers(), 0))
         first, *rest = offsets
-        offset = functools.reduce(lambda acc, case: acc.when(case[0], F.lit(case[1])), rest,
-                                  F.when(first[0], F.lit(first[1])))
+        return functools.reduce(lambda acc, case: acc.when(case[0], F.lit(case[1])), rest,
+                                F.when(first[0], F.lit(first[1])))
+
+    def body(self, inflate: bool = False) -> Column:
+        """The Avro body (under `auto`, of rows that have their `schema_id` column). With `inflate`, compressed
+        bodies are inflated (null when they do not inflate, so the row decodes as malformed); leave it off for
+        batches without compressed rows, to keep them on the JVM."""
+        offset = self.body_offset()
         body = F.col("value").substr(offset + 1, F.length("value") - offset)
         if not inflate:
             return body

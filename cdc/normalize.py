@@ -111,9 +111,7 @@ def _normalized(fmt: str, db: str, reader: str | None, schema: StructType) -> tu
                  F.col("partition").alias("transport_partition"), F.col("offset").alias("transport_offset"),
                  ).alias("_seq"),
         meta["_source"].alias("_source"),
-        F.struct(F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
-                 _file(schema).alias("file"),
-                 *[F.col(name) for name in TRANSPORT_EXTRAS if name in schema.fieldNames()]).alias("_transport"),
+        transport(schema).alias("_transport"),
         F.col("schema_id").cast("string").alias("_schema_id"),
         unchanged.alias("_unchanged"),
     )
@@ -130,9 +128,7 @@ def rejections(decoded: DataFrame, fmt: str, reader: str | None, keys: list[str]
 def _rejections(fmt: str, reader: str | None, keys: tuple[str, ...], schema: StructType
                 ) -> tuple[tuple[Column, str, str], ...]:
     image, row_type, _ = FORMATS[fmt](schema, "", fmt)
-    found = [(F.coalesce(condition, F.lit(False)), "ToastPlaceholderInKey",
-              f"key column {name} holds Debezium's unavailable-value placeholder, so the row's key is unknown: "
-              f"give the table REPLICA IDENTITY FULL (or a key that is never TOASTed) and replay this record")
+    found = [(F.coalesce(condition, F.lit(False)), *toast_in_key(name))
              for name, condition in _placeholders(image, row_type, fmt).items() if name in keys]
     for name, semantic in _semantics(fmt, reader).items():
         condition = semantic_types.overflows(image[name], semantic) if name in row_type.fieldNames() else None
@@ -141,6 +137,21 @@ def _rejections(fmt: str, reader: str | None, keys: tuple[str, ...], schema: Str
                           f"column {name} (io.debezium.data.VariableScaleDecimal) does not fit decimal(38, 18): "
                           "set the connector's decimal.handling.mode=string, or give the column a precision"))
     return tuple(found)
+
+
+def toast_in_key(name: str) -> tuple[str, str]:
+    """The error class and message of a key column that holds Debezium's TOAST placeholder."""
+    return ("ToastPlaceholderInKey",
+            f"key column {name} holds Debezium's unavailable-value placeholder, so the row's key is unknown: "
+            f"give the table REPLICA IDENTITY FULL (or a key that is never TOASTed) and replay this record")
+
+
+def transport(schema: StructType) -> Column:
+    """The `_transport` struct: where a change came from (topic or stream, partition or shard, offset, time, the
+    file of S3 file sources, and the transport's extras such as Kinesis's sequence number)."""
+    return F.struct(F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp"),
+                    _file(schema).alias("file"),
+                    *[F.col(name) for name in TRANSPORT_EXTRAS if name in schema.fieldNames()])
 
 
 def any_rejection(found: list[tuple[Column, str, str]]) -> Column:

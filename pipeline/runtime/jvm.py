@@ -1,4 +1,5 @@
-"""JVM artifacts: the checked-in poms under `jvm/`, resolved by Maven into `<home>/jars`.
+"""JVM artifacts: the checked-in poms under `jvm/`, resolved (or, for the pipeline's own Spark functions, built)
+by Maven into `<home>/jars`.
 
 Maven's own configuration decides where artifacts come from; nothing here names a download host.
 A bundle is resolved once: a stamp holding the pom's hash makes the next run instant and offline.
@@ -27,10 +28,12 @@ class SetupError(RuntimeError):
 
 @dataclass(frozen=True)
 class Bundle:
-    """One pom and the Maven goal that lays its artifacts into a folder."""
+    """One pom and the Maven goal that lays its artifacts into a folder; `built`: the pom's module has sources
+    of its own (under `src/`), which Maven compiles, so they count in what makes a build current."""
 
     name: str
     goal: str
+    built: bool = False
 
     @property
     def pom(self) -> Path:
@@ -69,14 +72,21 @@ class Bundle:
         return folder
 
     def _fingerprint(self) -> str:
-        return hashlib.sha256(self.pom.read_bytes()).hexdigest()
+        digest = hashlib.sha256(self.pom.read_bytes())
+        if self.built:
+            for source in sorted((self.pom.parent / "src").rglob("*")):
+                if source.is_file():
+                    digest.update(str(source.relative_to(self.pom.parent)).encode())
+                    digest.update(source.read_bytes())
+        return digest.hexdigest()
 
 
 SPARK = Bundle("spark", "dependency:copy-dependencies")
 KAFKA = Bundle("kafka", "dependency:copy-dependencies")
 APICURIO = Bundle("apicurio", "dependency:unpack@registry")
 CONNECT = Bundle("connect", "dependency:copy-dependencies")  # Kafka Connect + Debezium + Apicurio's converter
-BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT)
+FUNCTIONS = Bundle("cdc", "package", built=True)  # the pipeline's own Spark functions (`cdc/native.py`)
+BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT, FUNCTIONS)
 
 
 def resolve_all(jars_dir: Path, offline: bool = False) -> dict[str, Path]:
@@ -90,7 +100,10 @@ def spark_jars(jars_dir: Path) -> list[Path]:
             f"Spark connector jars are missing in {SPARK.folder(jars_dir)}: run `python -m pipeline setup` "
             "(or set spark.connector_jars = 'submit' when spark-submit provides them with --packages)"
         )
-    return sorted(SPARK.folder(jars_dir).glob("*.jar"))
+    if not FUNCTIONS.is_resolved(jars_dir):
+        raise SetupError(f"the pipeline's Spark functions are not built in {FUNCTIONS.folder(jars_dir)}: run "
+                         "`python -m pipeline setup`")
+    return sorted(SPARK.folder(jars_dir).glob("*.jar")) + sorted(FUNCTIONS.folder(jars_dir).glob("*.jar"))
 
 
 # S3A belongs to the cluster's Hadoop: hadoop-aws must match its Hadoop version exactly, and EMR brings its own

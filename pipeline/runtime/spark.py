@@ -27,7 +27,8 @@ log = structlog.get_logger(__name__)
 
 SQL_EXTENSIONS = (
     "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,"
-    "io.delta.sql.DeltaSparkSessionExtension"
+    "io.delta.sql.DeltaSparkSessionExtension,"
+    "cdc.spark.CdcExtensions"  # jvm/cdc; a session without its jar logs a warning and decodes without it
 )
 
 

@@ -4,8 +4,9 @@ The rows are in the shape Spark's Kafka source gives (key, value, topic, partiti
 transport columns such as Kafka's headers or Kinesis's sequence number); a transport puts its records in it.
 Values are registry-framed Avro (`registry.wire_format`: Confluent, Apicurio legacy or Glue, or Apicurio's
 header ids), decoded on the JVM with one `from_avro` per writer schema (the subject's latest version as the
-reader schema), or DMS JSON through a variant (`cdc/decode.py`). Changes are normalised into the canonical
-change record (`cdc/normalize.py`) and routed by topic `<db>.<schema>.<table>` to
+reader schema), or DMS JSON through a variant (`cdc/decode.py`), and normalised into the canonical change record
+(`cdc/normalize.py`); Debezium envelopes of plain row types are decoded straight into that record by the
+pipeline's own Spark function instead (`cdc/native.py`). Changes are routed by topic `<db>.<schema>.<table>` to
 `<catalog>.changelog.<db>_<table>` (Iceberg) or `<lake.delta_root>/changelog/<db>_<table>` (Delta), as
 `names.*` names it, unless that table holds another source table (`tables/owners.py`). Records
 that cannot be decoded, or must not land, go with their raw bytes and the reason to the `dead_letters` table
@@ -37,7 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from cdc import decode, framing
+import structlog
+
+from cdc import decode, framing, native
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
 from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, read_schema, rejections
@@ -53,6 +56,8 @@ from tables.owners import Owners
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+
+log = structlog.get_logger(__name__)
 
 FITS = "_fits"  # a row that `land_learned` lands with its topic's learned row type
 SHAPE = "_shape"  # the record's own type (`decode.row_shape`), which decides whether it fits
@@ -108,6 +113,7 @@ class Landing:
         self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
                                    else IcebergAppender(spark, self.namespace))
         self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
+        self._has_native: bool | None = None  # the session has `cdc/native.py`'s function (asked once)
         self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
                              reserved=cfg.changelog.dead_letter_table)
 
@@ -377,6 +383,18 @@ class Landing:
                 by_reader.setdefault(readers[writer], {})[schema_id] = writer
         return by_reader, unresolved
 
+    def _native(self, fmt: str, reader: dict, writers: dict[str, str], plan: TopicPlan) -> bool:
+        """Whether these writers' envelopes are decoded by the pipeline's own function (`cdc/native.py`)."""
+        if fmt != "debezium" or plan.compressed or not self.cfg.changelog.native_decode:
+            return False
+        if self._has_native is None:
+            self._has_native = native.available(self.spark)
+            if not self._has_native:
+                log.warning("changelog.native_decode_missing", function=native.FUNCTION,
+                            fix="run `python -m pipeline setup` (jars/cdc) and, under spark-submit, pass its jar "
+                                "with --jars; envelopes are decoded with from_avro meanwhile")
+        return self._has_native and native.reads(reader, [json.loads(w) for w in writers.values()])
+
     def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
                grouped: tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]] | None = None
                ) -> tuple[list[DataFrame], Appended | None]:
@@ -412,8 +430,12 @@ class Landing:
                 dead.append(self._dead(framed.where(F.col("schema_id").isin(list(writers))), "UnknownFormat",
                                        f"{exc}: land it with its own pipeline, or leave the topic out"))
                 continue
-            part = decode.avro(framed.where(F.col("schema_id").isin(list(writers))), self.framing, writers,
-                               json.dumps(read_schema(schema, fmt)), inflate=plan.compressed > 0)
+            of_writers = framed.where(F.col("schema_id").isin(list(writers)))
+            if self._native(fmt, schema, writers, plan):
+                fmt, part = native.FORMAT, native.decoded(of_writers, self.framing, writers, reader)
+            else:
+                part = decode.avro(of_writers, self.framing, writers, json.dumps(read_schema(schema, fmt)),
+                                   inflate=plan.compressed > 0)
             decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names",
                             reader))
         if plan.json_rows:
@@ -426,13 +448,14 @@ class Landing:
         if not decoded:
             return dead, None
         keys = self.cfg.mirror.key_columns(name)
-        refused = [rejections(part, fmt, reader, keys) for fmt, part, _, _, reader in decoded]
+        refused = [native.rejections(part, keys) if fmt == native.FORMAT else rejections(part, fmt, reader, keys)
+                   for fmt, part, _, _, reader in decoded]
         observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
         changes = functools.reduce(
             lambda a, b: a.unionByName(b, allowMissingColumns=True),
-            [normalize(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n"),
-                                    F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
-                       .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, source.db, reader)
+            [_normalized(part.observe(seen, F.count_if(~F.col(decode.VALID)).alias("n"),
+                                      F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
+                         .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, source.db, reader)
              for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
         done = self.append(changes, name, report, source=str(source))
         for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
@@ -513,3 +536,8 @@ def _lands(reader: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _normalized(part: DataFrame, fmt: str, db: str, reader: str | None) -> DataFrame:
+    """The change record of a decoded part (`_topic`): the native function's, or `normalize`'s."""
+    return native.normalized(part) if fmt == native.FORMAT else normalize(part, fmt, db, reader)
