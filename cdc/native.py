@@ -41,14 +41,15 @@ def available(spark: SparkSession) -> bool:
 def reads(reader: dict[str, Any], writers: list[dict[str, Any]]) -> bool:
     """Whether the function decodes this subject: Debezium envelopes whose row columns, in the reader and in every
     writer, are plain Avro types (optionally nullable) with no Kafka Connect semantic type."""
-    if not all(_plain_row(schema) is not None for schema in (reader, *writers)):
+    rows = [_plain_row(schema) for schema in (reader, *writers)]
+    if any(row is None for row in rows):
         return False
     if any(semantic.name for semantic in field_semantics(reader, "debezium").values()):
         return False
     # a column a writer lacks reads as null: Avro would give the reader's default, so only a null one will do
-    defaults = {f["name"]: f.get("default") for f in _plain_row(reader) or []}
-    return all(defaults[name] is None for writer in writers
-               for name in defaults.keys() - {f["name"] for f in _plain_row(writer) or []})
+    defaults = {f["name"]: f.get("default") for f in rows[0]}  # type: ignore[union-attr]
+    return all(defaults[name] is None for row in rows[1:]
+               for name in defaults.keys() - {f["name"] for f in row})  # type: ignore[union-attr]
 
 
 def decoded(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: str) -> DataFrame:
@@ -68,7 +69,8 @@ def rejections(decoded_rows: DataFrame, keys: list[str]) -> list[tuple[Column, s
     from pyspark.sql.types import StringType
 
     struct = decoded_rows.schema[OUT].dataType
-    texts = [name for name in row_columns(decoded_rows) if isinstance(struct[name].dataType, StringType)]  # type: ignore[index]
+    texts = [name for name in row_columns(decoded_rows)
+             if isinstance(struct[name].dataType, StringType)]  # type: ignore[index]
     return [(F.coalesce(F.array_contains(F.col(OUT)["_unchanged"], name), F.lit(False)), *toast_in_key(name))
             for name in texts if name in keys]
 

@@ -6,7 +6,7 @@ import org.apache.avro.Schema
 import org.apache.avro.Schema.Type._
 import org.apache.spark.unsafe.types.UTF8String
 
-/** Avro binary read straight from the bytes, the writer's schema resolved against the reader's once. */
+/** A position in one value's Avro binary, and the reads of its primitives. */
 final class Cursor(var bytes: Array[Byte], var pos: Int) {
   def long(): Long = {
     var b = bytes(pos) & 0xff; pos += 1
@@ -16,7 +16,9 @@ final class Cursor(var bytes: Array[Byte], var pos: Int) {
   }
   /** A string's bytes, wrapped where they lie (the value's array is the row's own copy). */
   def string(): UTF8String = { val n = length(); val s = UTF8String.fromBytes(bytes, pos, n); pos += n; s }
-  def binary(): Array[Byte] = { val n = length(); val a = java.util.Arrays.copyOfRange(bytes, pos, pos + n); pos += n; a }
+  def binary(): Array[Byte] = {
+    val n = length(); val a = java.util.Arrays.copyOfRange(bytes, pos, pos + n); pos += n; a
+  }
   def float(): Float = java.lang.Float.intBitsToFloat(le(4).toInt)
   def double(): Double = java.lang.Double.longBitsToDouble(le(8))
   def skip(n: Int): Unit = { check(n); pos += n }
@@ -37,11 +39,14 @@ final class Cursor(var bytes: Array[Byte], var pos: Int) {
 /** Reads one value and returns it as Spark holds it (boxed primitive, `UTF8String`, bytes) or null. */
 trait Read { def apply(c: Cursor): Any }
 
+/** Avro binary read straight from the bytes: the writer's schema resolved against the reader's once, into
+ *  closures that read or skip each value. */
 object AvroProgram {
   /** A reader of a value written as `writer`, returned as the reader type `reader` wants (primitive, or null). */
   def value(writer: Schema, reader: Schema): Read = (writer.getType, reader.getType) match {
     case (UNION, _) =>
-      val branches = writer.getTypes.asScala.map(w => if (w.getType == NULL) null else value(w, nonNull(reader))).toArray
+      val branches = writer.getTypes.asScala
+        .map(w => if (w.getType == NULL) null else value(w, nonNull(reader))).toArray
       c => { val b = branches(c.long().toInt); if (b == null) null else b(c) }
     case (_, UNION) => value(writer, nonNull(reader))
     case (NULL, _) => _ => null
@@ -102,7 +107,8 @@ object AvroProgram {
 
   /** A union of null and a record: reads the record into `out`; false when the value is null. */
   def optionalRecord(writer: Schema, reader: Schema, slot: String => Int): (Cursor, Array[Any]) => Boolean = {
-    val branches = writer.getTypes.asScala.map(w => if (w.getType == NULL) null else record(w, nonNull(reader), slot)).toArray
+    val branches = writer.getTypes.asScala
+      .map(w => if (w.getType == NULL) null else record(w, nonNull(reader), slot)).toArray
     (c, out) => { val b = branches(c.long().toInt); if (b == null) false else { b(c, out); true } }
   }
 }

@@ -30,7 +30,9 @@ case class DebeziumEnvelope(value: Expression, schemaId: Expression, bodyOffset:
 
   @transient private lazy val programs: java.util.HashMap[UTF8String, EnvelopeProgram] = {
     val map = new java.util.HashMap[UTF8String, EnvelopeProgram]()
-    parsed.writers.foreach { case (id, writer) => map.put(UTF8String.fromString(id), new EnvelopeProgram(writer, parsed)) }
+    parsed.writers.foreach { case (id, writer) =>
+      map.put(UTF8String.fromString(id), new EnvelopeProgram(writer, parsed))
+    }
     map
   }
   @transient private lazy val cursor = new Cursor(null, 0)
@@ -94,7 +96,8 @@ object DebeziumEnvelope {
     val names: Array[UTF8String] = columns.map(f => UTF8String.fromString(f.name())).toArray
     val dataType: StructType = StructType(
       columns.map(f => StructField(f.name(), SchemaConverters.toSqlType(f.schema()).dataType)) ++ Seq(
-        StructField("_op", StringType), StructField("_is_deleted", BooleanType), StructField("_source_ts", TimestampType),
+        StructField("_op", StringType), StructField("_is_deleted", BooleanType),
+        StructField("_source_ts", TimestampType),
         StructField("source_major", LongType), StructField("source_minor", LongType),
         StructField("connector", StringType), StructField("db", StringType), StructField("schema", StringType),
         StructField("table", StringType), StructField("tx_id", StringType), StructField("snapshot", BooleanType),

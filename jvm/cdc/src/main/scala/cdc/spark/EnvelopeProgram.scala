@@ -14,16 +14,14 @@ final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config) {
   import EnvelopeProgram.State
   private val n = config.columns.length
   private val columnSlot: Map[String, Int] = config.columns.map(_.name()).zipWithIndex.toMap
-  private val sourceNames = DebeziumEnvelope.SourceFields
-  private val sourceSlot: Map[String, Int] = sourceNames.zipWithIndex.toMap
-  private val readerRow = config.reader.getField("after").schema()
+  private val sourceSlot: Map[String, Int] = DebeziumEnvelope.SourceFields.zipWithIndex.toMap
   private val steps: Array[(Cursor, State) => Unit] = writer.getFields.asScala.map { w =>
     w.name() match {
       case "before" =>
-        val r = optionalRecord(w.schema(), readerRow, columnSlot.getOrElse(_, -1))
+        val r = optionalRecord(w.schema(), config.row, columnSlot.getOrElse(_, -1))
         (c: Cursor, s: State) => s.hasBefore = r(c, s.before)
       case "after" =>
-        val r = optionalRecord(w.schema(), readerRow, columnSlot.getOrElse(_, -1))
+        val r = optionalRecord(w.schema(), config.row, columnSlot.getOrElse(_, -1))
         (c: Cursor, s: State) => s.hasAfter = r(c, s.after)
       case "source" =>
         val readerSource = config.reader.getField("source").schema()
@@ -37,7 +35,7 @@ final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config) {
         (c: Cursor, _: State) => k(c)
     }
   }.toArray
-  private val state = new State(n, sourceNames.length)
+  private val state = new State(n, DebeziumEnvelope.SourceFields.length)
 
   def read(c: Cursor): InternalRow = {
     val s = state
