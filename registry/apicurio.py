@@ -45,7 +45,7 @@ class ApicurioClient:
                  group: str = DEFAULT_GROUP, ids: IdKind = "globalId",
                  compatibility: str | None = DEFAULT_COMPATIBILITY) -> None:
         self._rest = RestClient(base_url, session, timeout_s, "application/json")
-        self.address = self._rest.base_url
+        self.address = self._rest.address
         self.group = group
         self.ids = ids
         self._compatibility = compatibility

@@ -34,7 +34,7 @@ class ConfluentCompatClient:
                  compatibility: str | None = DEFAULT_COMPATIBILITY) -> None:
         """`compatibility` is set on subjects this client creates; None leaves the registry's default."""
         self._rest = RestClient(base_url, session, timeout_s, _CONTENT_TYPE)
-        self.address = self._rest.base_url
+        self.address = self._rest.address
         self._compatibility = compatibility
         self._by_id = SchemaCache()
         self._known_subjects: set[str] = set()

@@ -2,7 +2,7 @@
 
 One pooled session with timeouts, retries with backoff on 5xx and connection errors (never on 4xx: a refusal
 does not change by asking again), basic or bearer auth and TLS options; and one way to turn a refusal into a
-RegistryError that names what was asked and the registry's address.
+RegistryError that names what was asked and the registry's address (without its credentials).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from pipeline.config.redaction import redact_text
 from pipeline.config.settings import RegistrySettings
 from registry.backend import RegistryError
 
@@ -41,6 +42,7 @@ class RestClient:
 
     def __init__(self, base_url: str, session: requests.Session, timeout_s: float, content_type: str) -> None:
         self.base_url = base_url.rstrip("/")
+        self.address = redact_text(self.base_url)  # what messages show: `user:pass@` masked
         self._session = session
         self._timeout = timeout_s
         self._headers = {"Content-Type": content_type}
@@ -50,9 +52,10 @@ class RestClient:
             response = self._session.request(method, self.base_url + path, timeout=self._timeout,
                                              headers=self._headers, **kwargs)
         except requests.RequestException as exc:
-            raise RegistryError(f"schema registry at {self.base_url} is unreachable ({what}): {exc}") from None
+            message = f"schema registry at {self.address} is unreachable ({what}): {exc}"
+            raise RegistryError(redact_text(message)) from None
         if not response.ok:
-            raise RegistryError(self._refusal(response, what), response.status_code)
+            raise RegistryError(redact_text(self._refusal(response, what)), response.status_code)
         return response
 
     def _refusal(self, response: requests.Response, what: str) -> str:
@@ -65,7 +68,7 @@ class RestClient:
         detail = problem.get("message") or problem.get("detail") or response.text[:300]
         # ccompat says 409; Apicurio's native API says 400 RuleViolationException (409 there is "already exists")
         if name == "RuleViolationException" or (response.status_code == 409 and "AlreadyExists" not in name):
-            return f"schema registry at {self.base_url} rejected the schema for {what} as incompatible: {detail}"
+            return f"schema registry at {self.address} rejected the schema for {what} as incompatible: {detail}"
         if response.status_code == 422:
-            return f"schema registry at {self.base_url} rejected the schema for {what} as invalid: {detail}"
-        return f"schema registry at {self.base_url} refused {what}: HTTP {response.status_code} {detail}"
+            return f"schema registry at {self.address} rejected the schema for {what} as invalid: {detail}"
+        return f"schema registry at {self.address} refused {what}: HTTP {response.status_code} {detail}"

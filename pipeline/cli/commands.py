@@ -137,20 +137,21 @@ def cmd_dead_letters_list(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
+    from pipeline.config.redaction import redact, redact_text
     from pipeline.stages import dead_letters
     from pipeline.runtime.spark import get_spark
 
     found = dead_letters.reasons(cfg, get_spark(cfg), _split(args.topics))
     if args.json:
         for reason in found:
-            print(json.dumps(dataclasses.asdict(reason)))
+            print(json.dumps(redact(dataclasses.asdict(reason))))
         return EXIT_OK
     if not found:
         print("no dead letters")
         return EXIT_OK
     print(f"{'count':>8}  {'table':<28} {'error class':<18} reason (topic; first and last seen)")
     for r in found:
-        print(f"{r.count:>8}  {r.table:<28} {r.error_class:<18} {r.error_message} "
+        print(f"{r.count:>8}  {r.table:<28} {r.error_class:<18} {redact_text(r.error_message)} "
               f"({r.topic}; {r.first_seen} .. {r.last_seen})")
     return EXIT_OK
 
@@ -168,6 +169,7 @@ def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from pipeline.config.redaction import redact_text
     from pipeline.stages.mirror import MirrorConflict, MirrorStage
     from pipeline.runtime.spark import get_spark
 
@@ -183,7 +185,7 @@ def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         stage.run_every(args.every, tables, stopping)
         return EXIT_OK
     except MirrorConflict as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(redact_text(f"error: {exc}"), file=sys.stderr)
         return EXIT_RETRY_LATER
 
 
@@ -286,7 +288,9 @@ def cmd_sql_server(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_config(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    print(cfg.model_dump_json(indent=2))  # SecretStr fields print as '**********'
+    from pipeline.config.redaction import redact
+
+    print(json.dumps(redact(cfg.model_dump(mode="json")), indent=2))
     return EXIT_OK
 
 
@@ -295,7 +299,7 @@ def cmd_status(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.ops.status.render import as_html, as_json, as_text
 
     status = collect(cfg)
-    print(as_json(status) if args.json else as_text(status))
+    print(as_json(status) if args.json else as_text(status))  # both redacted, as the HTML page is
     if args.html:
         args.html.write_text(as_html(status))
         print(f"wrote {args.html}", file=sys.stderr)

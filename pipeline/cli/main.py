@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from typing import Callable, Sequence
 
 from pipeline.cli.commands import EXIT_FAILED, EXIT_USAGE
 from pipeline.cli.parser import build_parser
+from pipeline.config.redaction import redact_text
 from pipeline.config.settings import ConfigError, PipelineConfig, load_config
 from pipeline.runtime import logs
 
@@ -18,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
+        print(redact_text(f"configuration error: {exc}"), file=sys.stderr)
         return EXIT_USAGE
     cfg = _console_level(cfg, args)
     handler: Callable[[PipelineConfig, argparse.Namespace], int] = args.handler
@@ -30,9 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pipeline.cli.errors import KNOWN_ERRORS
 
         if isinstance(exc, KNOWN_ERRORS):
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        raise
+            print(redact_text(f"error: {exc}"), file=sys.stderr)
+        else:  # a bug: its traceback helps, its message may quote a secret
+            print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
+        return EXIT_FAILED
 
 
 def _console_level(cfg: PipelineConfig, args: argparse.Namespace) -> PipelineConfig:

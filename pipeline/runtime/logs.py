@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from typing import Any
 
 import structlog
 
-_SECRET_KEY = re.compile(r"pass(word)?|secret|token|credential|jaas|api[_-]?key|access[_-]?key", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s:]+:[^/@\s]+@", re.IGNORECASE)
-REDACTED = "***"
-
-
-def redact(value: Any, key: str = "") -> Any:
-    """Mask a value whose key names a secret, credentials in URLs, and secrets nested in mappings."""
-    if key and _SECRET_KEY.search(key):
-        return REDACTED
-    if isinstance(value, dict):
-        return {k: redact(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact(v) for v in value)
-    if isinstance(value, str):
-        return _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", value)
-    return value
+from pipeline.config.redaction import redact, redact_text
 
 
 def _redact_processor(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
-    return {key: value if key == "event" else redact(value, key) for key, value in event.items()}
+    return {key: redact(value, "" if key == "event" else key) for key, value in event.items()}
+
+
+class _RedactingFormatter(logging.Formatter):
+    """The standard library's log lines (py4j, botocore, the stages' own loggers) through the same rule."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_text(super().format(record))
 
 
 class _CurrentStderr:
@@ -60,7 +51,9 @@ def configure(level: str = "INFO", fmt: str = "text", verbose: bool = False) -> 
         logger_factory=structlog.PrintLoggerFactory(_CurrentStderr()),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=level.upper(), stream=sys.stderr, format="%(asctime)s [%(levelname)s] %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_RedactingFormatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     for noisy in ("py4j", "botocore", "urllib3", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     quiet = not verbose and level.upper() != "DEBUG"

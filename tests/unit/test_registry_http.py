@@ -148,6 +148,18 @@ def test_unreachable_registry_is_named() -> None:
         ConfluentCompatClient.from_settings(RegistrySettings(url="http://127.0.0.1:1", timeout_s=1)).schema(1)
 
 
+def test_errors_name_the_address_without_its_credentials(server: tuple[str, Script]) -> None:
+    url, script = server
+    script.play((404, {"message": "Schema 7 not found"}))
+    with_credentials = url.replace("http://", "http://alice:url-pw@")
+    shown = r"registry at http://\*\*\*@127\.0\.0\.1:\d+/apis/ccompat/v7"
+    with pytest.raises(RegistryError, match=rf"{shown} refused") as caught:
+        client(with_credentials).schema(7)
+    assert "url-pw" not in str(caught.value) and script.requests[0][2]["Authorization"].startswith("Basic ")
+    with pytest.raises(RegistryError, match=rf"{shown} is unreachable"):
+        client("http://alice:url-pw@127.0.0.1:1").schema(1)
+
+
 def test_tls_options_reach_the_session() -> None:
     settings = RegistrySettings(url="https://registry.example", verify_tls="/etc/ca.pem", client_cert="/c.pem",
                                 client_key="/k.pem")

@@ -1,4 +1,5 @@
-"""`LakeStatus` as plain text (people), JSON (scripts) and one self-contained HTML page (a lag chart a table)."""
+"""`LakeStatus` as plain text (people), JSON (scripts) and one self-contained HTML page (a lag chart a table);
+each through the redaction rule, since an unreachable service's message may carry its address and credentials."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import html
 import json
 from datetime import UTC, datetime
 
+from pipeline.config.redaction import redact_text
 from pipeline.ops.status.model import Commit, LakeStatus, TableStatus
 
 COLUMNS = ("table", "changelog rows", "last batch", "rows", "rows/s", "transport lag", "mirror watermark",
@@ -25,7 +27,7 @@ def as_text(status: LakeStatus) -> str:
         stale = status.stale
         lines.append(f"stale (lag over status.max_lag = {status.max_lag:g} s): {', '.join(stale)}" if stale
                      else f"every table within status.max_lag = {status.max_lag:g} s")
-    return "\n".join(lines)
+    return redact_text("\n".join(lines))
 
 
 def as_json(status: LakeStatus) -> str:
@@ -38,7 +40,7 @@ def as_json(status: LakeStatus) -> str:
     for table, source in zip(document["tables"], status.tables, strict=True):
         table["lag_seconds"] = source.lag_seconds
     document["stale"] = status.stale
-    return json.dumps(document, default=plain, indent=2)
+    return redact_text(json.dumps(document, default=plain, indent=2))
 
 
 def as_html(status: LakeStatus) -> str:

@@ -1,0 +1,62 @@
+"""The one redaction rule: what of the configuration, a message or a log line is a secret, and its mask.
+
+Everything that prints or logs passes its text or values through here (`config`, error messages, logs,
+`status`, the dead-letter listing, registry errors), so a secret is masked the same way everywhere. Typed
+secrets (`SecretStr`) are masked by type; in maps (`kafka.properties`, `catalog.properties`, `spark.conf`, …)
+a key that names a credential masks its value; in any text, `user:pass@` in a URL and `password=…` (JAAS
+strings, JDBC URIs, Java options) mask the credential. The lower layers (`registry`, `tables`, `cdc`) import it
+as they import the settings.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import SecretStr
+
+REDACTED = "***"
+
+# what names a credential: a key that matches masks its value
+_WORDS = (r"password|passwd|passphrase|(?<![a-z])pass(?![a-z])|pwd|secret|token|credential|jaas|auth(?!or)"
+          r"|(?:api|access|private|account|signing|sas|secret|master|encryption)[._-]?key")
+_SECRET_KEY = re.compile(_WORDS, re.IGNORECASE)
+# `scheme://userinfo@host`: the userinfo, with or without a password, is a credential
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@]+(?:@[^/\s@]+)*@", re.IGNORECASE)
+# `password=p`, `password="p"`, `token: p` inside a longer text (JAAS, JDBC properties, options)
+_ASSIGNED_SECRET = re.compile(
+    rf"(?P<key>[\w.-]*(?:{_WORDS})[\w.-]*)(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s;&,)\"']+)",
+    re.IGNORECASE)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a setting, property or log field of this name holds a credential."""
+    return bool(_SECRET_KEY.search(key))
+
+
+def redact_text(text: str) -> str:
+    """The text with URL userinfo and `secret-key=value` assignments masked."""
+    text = _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
+
+    def mask(match: re.Match[str]) -> str:
+        value = match["value"]
+        if value.startswith(REDACTED) or value.startswith("//"):  # already masked, or a URL (`jdbc:…`)
+            return match[0]
+        quote = value[0] if value[0] in "\"'" else ""
+        return f"{match['key']}{match['sep']}{quote}{REDACTED}{quote}"
+
+    return _ASSIGNED_SECRET.sub(mask, text)
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """`value` with every secret in it masked: a value under a secret key, typed secrets, and secrets inside
+    texts, mappings and sequences (a mapping's keys name its values)."""
+    if isinstance(value, SecretStr) or (key and is_secret_key(key) and value not in (None, "")):
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v) for v in value)
+    if isinstance(value, str):
+        return redact_text(value)
+    return value
