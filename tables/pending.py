@@ -22,7 +22,7 @@ from pipeline.config.settings import PipelineConfig
 from tables.history import append_versions, history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
-from tables.names import quote
+from tables.names import quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -129,7 +129,7 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
             raise ValueError(f"no commit {as_of} in {base.ref} or {pending.ref}: use one of their snapshot ids "
                              "(`SELECT * FROM <table>.snapshots`) or a timestamp")
         moment = found
-    pinned = f"TIMESTAMP AS OF '{moment}'"
+    pinned = f"TIMESTAMP AS OF {sql_string(moment)}"
     if not pending.has_commit_by(moment):  # the mirror took this layout later: its base alone was the state
         return base.read(moment).drop(UNCHANGED)
     refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}

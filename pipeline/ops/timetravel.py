@@ -11,6 +11,7 @@ Delta path tables are registered in the session catalog first, so SQL names them
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
 from cdc.merge import state_as_of
@@ -37,7 +38,8 @@ def as_of_sql(sql: str, as_of: str, pinned: Callable[[str], str | None] = lambda
     """`sql` with every table it reads pinned to one lake commit: a snapshot id / version, or a timestamp.
     `pinned` may name a relation that stands for a table reference already pinned (a mirror in the pending
     layout is two tables: `pinned_mirrors`)."""
-    clause = f"VERSION AS OF {as_of}" if as_of.isdigit() else f"TIMESTAMP AS OF '{as_of}'"
+    clause = (f"VERSION AS OF {int(as_of)}" if re.fullmatch("[0-9]+", as_of)
+              else f"TIMESTAMP AS OF {sql_string(checked_time(as_of, '--as-of'))}")
 
     def pin(match: re.Match[str]) -> str:
         instead = pinned(match[3])
@@ -47,6 +49,17 @@ def as_of_sql(sql: str, as_of: str, pinned: Callable[[str], str | None] = lambda
     if not count:
         raise QueryError(f"--as-of needs a query that reads a table by name (FROM <table>), got: {sql}")
     return rewritten
+
+
+def checked_time(value: str, option: str) -> str:
+    """`value` if it reads as a timestamp (`2026-11-22 18:00:00`, ISO 8601 with an optional offset), else a
+    QueryError naming `option`: a typo is refused here, not met as a Spark parse error or an empty result."""
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise QueryError(f"{option} {value!r} is not a timestamp: give one such as '2026-11-22 18:00:00'"
+                         + (" or a snapshot id" if option == "--as-of" else "")) from None
+    return value
 
 
 def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
@@ -118,4 +131,4 @@ def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str
         raise QueryError(f"no changelog table {table} ({changelog.ref})")
     keys = table_keys(cfg, table, changelog)
     changes = changelog.read_key(parse_key(keys, key)) if key is not None else changelog.read()
-    return state_as_of(changes, keys, source_time)
+    return state_as_of(changes, keys, checked_time(source_time, "--as-of-source"))

@@ -10,7 +10,7 @@ from pyspark.sql.types import StructType
 
 from cdc.merge import merge_clauses, merge_sql
 from pipeline.cli.parser import _interval
-from pipeline.ops.timetravel import QueryError, as_of_sql, parse_key
+from pipeline.ops.timetravel import QueryError, as_of_sql, checked_time, parse_key
 from tables.lake import STORAGE_PARTITIONED_JOIN, key_predicate, merge_join_conf
 from tests.conftest import REPO, make_config
 
@@ -57,6 +57,21 @@ def test_as_of_pins_every_table_but_not_subqueries() -> None:
     assert as_of_sql("select * from t", "2026-11-22 18:00:00") == "select * from t TIMESTAMP AS OF '2026-11-22 18:00:00'"
     with pytest.raises(QueryError, match="FROM <table>"):
         as_of_sql("SELECT 1", "5")
+
+
+@pytest.mark.parametrize("as_of", ["2026-11-22' OR '1'='1", "2026-11-22 18:00:00\\", "yesterday", "²"])
+def test_an_as_of_that_is_no_time_is_refused_by_name(as_of: str) -> None:
+    with pytest.raises(QueryError, match="--as-of .* is not a timestamp: give one such as '2026-11-22 18:00:00' or "
+                                         "a snapshot id"):
+        as_of_sql("SELECT * FROM mirror.a", as_of)
+    with pytest.raises(QueryError, match="--as-of-source .* is not a timestamp"):
+        checked_time(as_of, "--as-of-source")
+
+
+def test_an_as_of_time_goes_into_sql_as_a_literal() -> None:
+    assert as_of_sql("SELECT * FROM t", "2026-11-22T18:00:00+01:00") == \
+        "SELECT * FROM t TIMESTAMP AS OF '2026-11-22T18:00:00+01:00'"
+    assert checked_time("2026-11-22 18:00:00.250", "--as-of-source") == "2026-11-22 18:00:00.250"
 
 
 def test_as_of_pins_quoted_table_names_whole() -> None:

@@ -1,10 +1,11 @@
-"""The one rule from source table names to lake table names, and identifier quoting."""
+"""The one rule from source table names to lake table names, identifier quoting and string literals."""
 
 from __future__ import annotations
 
 import pytest
 
-from tables.names import MAX_LENGTH, LakeNames, NoTableName, SourceTable, UnmappableName, lake_table_name, quote
+from tables.names import (MAX_LENGTH, LakeNames, NoTableName, SourceTable, UnmappableName, lake_table_name, quote,
+                         sql_string)
 
 
 @pytest.mark.parametrize(("db", "table"), [("moma", "artists"), ("hr", "employee"), ("run1", "order_items"),
@@ -99,3 +100,15 @@ def test_quote_doubles_an_embedded_quote_mark() -> None:
     assert quote("lake", "mirror", "order") == "`lake`.`mirror`.`order`"
     assert quote("a`b") == "`a``b`"
     assert quote("mirror", 'x"y', mark='"') == '"mirror"."x""y"'
+
+
+@pytest.mark.parametrize(("value", "literal"), [
+    ("2026-11-22 18:00:00", "'2026-11-22 18:00:00'"),
+    ("it's", r"'it\'s'"),  # a quote cannot end the literal
+    ("a\\", r"'a\\'"),  # nor can a trailing backslash escape the closing quote
+    ("x' OR '1'='1", r"'x\' OR \'1\'=\'1'"),
+    ("\\'", r"'\\\''"),  # a backslash before a quote: both escaped
+    ("café 名前", "'café 名前'"),
+])
+def test_sql_string_holds_any_value_as_one_literal(value: str, literal: str) -> None:
+    assert sql_string(value) == literal
