@@ -8,7 +8,8 @@ one Parquet or CSV scan, whose row type is the files' own: a Parquet file's foot
 column one file adds is null in the others), a CSV file's header (CSV values are text, typed by the table's
 declared DDL when there is one). Files whose types cannot merge are read group by group, each group of one row
 type, and unioned by name with Spark's widening (int with bigint is bigint); a group that does not fit is set
-apart with the reason, never dropped and never cut to the others' columns.
+apart with the reason, never dropped and never cut to the others' columns. A file announced but gone when it is
+read, and a Parquet file whose footer cannot be read, are set apart too (`TableRead.lost`), by name and reason.
 
 Full-load files (`LOAD…`) hold snapshot reads; CDC files hold `Op` I/U/D. Ordering: the commit time
 (`TimestampColumnName`), then the file (DMS names CDC files by time and numbers load files), then the row in
@@ -17,8 +18,9 @@ the file (Parquet's row index; a CSV file is read whole by one task, in order).
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,7 @@ OP_COLUMN = "Op"
 # full-load file, and the number in its name (DMS names CDC files by time and numbers load files)
 FILE_COLUMNS = ("_file_path", "_file_row", "_file_event_time", "_file_load", "_file_number")
 GLOB = re.compile(r"([\\{}\[\]*?])")
+ERROR_CLASS = re.compile(r"\[[A-Z][A-Z_]*(?:\.[A-Z_]+)*\].*")  # `[FAILED_READ_FILE.CANNOT_READ_FILE_FOOTER] …`
 
 
 @dataclass(frozen=True)
@@ -73,28 +76,39 @@ class DmsFile:
         return int(digits) if digits else None
 
 
+MISSING = ("MissingDmsFile", "announced, but no object is there: deleted before it was read, or the event named "
+           "a key that does not exist; nothing of it landed")
+UNREADABLE = "UnreadableDmsFile"
+
+
 @dataclass(frozen=True)
 class TableRead:
-    """One table's files as rows (`_shaped`), and the files that did not fit them: rows of the same shape, and
-    the reason."""
+    """One table's files as rows (`_shaped`; None when no file of it could be read), the files that did not fit
+    them (rows of the same shape, and the reason), and the files with no rows to show (gone, unreadable): each
+    with its error class and reason, for a dead letter that names it."""
 
-    rows: DataFrame
+    rows: DataFrame | None
     misfits: list[tuple[DataFrame, str]]
+    lost: list[tuple[DmsFile, str, str]] = field(default_factory=list)
 
 
 def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
-               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead | None:
-    """One table's files, read once (None: every one of them was deleted before it was read). `csv_headers`:
-    each CSV file's column names (its header line)."""
+               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead:
+    """One table's files, read once. `csv_headers`: each CSV file's column names (its header line)."""
     from pyspark.errors import AnalysisException
 
     try:
-        frames = _csv(spark, files, csv_headers or {}) if file_format == "csv" else _parquet_groups(spark, files)
+        frames, lost = (_csv(spark, files, csv_headers or {}), []) if file_format == "csv" \
+            else _parquet_groups(spark, files)
     except AnalysisException as exc:
         present = _present(spark, files) if "PATH_NOT_FOUND" in str(exc) else files  # a look costs a request
         if len(present) == len(files):
             raise
-        return read_table(spark, present, file_format, csv_headers) if present else None
+        gone = [(item, *MISSING) for item in files if item not in present]
+        rest = read_table(spark, present, file_format, csv_headers) if present else TableRead(None, [])
+        return dataclasses.replace(rest, lost=gone + rest.lost)
+    if not frames:
+        return TableRead(None, [], lost)
     rows, misfits = frames[0][0], []
     for frame, group in frames[1:]:
         try:
@@ -105,12 +119,12 @@ def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
             names = ", ".join(f.path for f in group[:3]) + (" …" if len(group) > 3 else "")
             misfits.append((_shaped(frame, group[0]),
                             f"the columns of {names} do not fit the other files of the table in this batch "
-                            f"({_first_line(exc)}): land them in a batch of their own (reprocess them)"))
-    return TableRead(_shaped(rows, files[0]), misfits)
+                            f"({_spark_reason(exc)}): land them in a batch of their own (reprocess them)"))
+    return TableRead(_shaped(rows, files[0]), misfits, lost)
 
 
 def _present(spark: SparkSession, files: list[DmsFile]) -> list[DmsFile]:
-    """The files still there; one deleted before it was read has nothing left to land: skipped, with a warning."""
+    """The files still there (the others are dead-lettered: `MISSING`)."""
     jvm = spark.sparkContext._jvm  # type: ignore[union-attr]
     conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
     present = []
@@ -123,24 +137,37 @@ def _present(spark: SparkSession, files: list[DmsFile]) -> list[DmsFile]:
     return present
 
 
-def _parquet_groups(spark: SparkSession, files: list[DmsFile]) -> list[tuple[DataFrame, list[DmsFile]]]:
+def _parquet_groups(spark: SparkSession, files: list[DmsFile]
+                    ) -> tuple[list[tuple[DataFrame, list[DmsFile]]], list[tuple[DmsFile, str, str]]]:
     """The files in one scan when their footers merge (Spark's mergeSchema: a column one file adds is null in
-    the others); else one scan per footer, the most files first."""
+    the others); else one scan per footer, the most files first. Files whose footer cannot be read at all (not
+    Parquet, cut short) are set apart, with Spark's reason."""
     try:
-        return [(_located(spark, _parquet(spark, files), files), files)]
-    except Exception as exc:  # Spark's merge failure reaches Python as a bare Py4JJavaError
-        if "CANNOT_MERGE" not in str(exc):
+        return [(_located(spark, _parquet(spark, files), files), files)], []
+    except Exception as exc:  # Spark's merge and read failures reach Python as a bare Py4JJavaError
+        if "PATH_NOT_FOUND" in str(exc):
             raise
+        failure = exc
     by_footer: dict[str, list[DmsFile]] = {}
+    unreadable: list[tuple[DmsFile, str, str]] = []
     for item in files:
-        by_footer.setdefault(_parquet(spark, [item]).schema.json(), []).append(item)
+        try:
+            by_footer.setdefault(_parquet(spark, [item]).schema.json(), []).append(item)
+        except Exception as exc:  # noqa: BLE001 - any failure to read one file's footer sets that file apart
+            if "PATH_NOT_FOUND" in str(exc):
+                raise
+            unreadable.append((item, UNREADABLE, f"not a readable Parquet file ({_spark_reason(exc)})"))
+    if unreadable:  # the others are read as if the unreadable ones had not been announced
+        readable = [item for item in files if all(item is not bad for bad, _, _ in unreadable)]
+        return (_parquet_groups(spark, readable)[0] if readable else []), unreadable
+    if "CANNOT_MERGE" not in str(failure):
+        raise failure
     return [(_located(spark, _parquet(spark, group), group), group)
-            for group in sorted(by_footer.values(), key=lambda g: -len(g))]
+            for group in sorted(by_footer.values(), key=lambda g: -len(g))], []
 
 
 def _parquet(spark: SparkSession, files: list[DmsFile]) -> DataFrame:
-    return (spark.read.option("mergeSchema", "true").option("ignoreMissingFiles", "true")
-            .parquet(*[_literal(f.path) for f in files]))
+    return spark.read.option("mergeSchema", "true").parquet(*[_literal(f.path) for f in files])
 
 
 def _csv(spark: SparkSession, files: list[DmsFile], headers: dict[str, tuple[str, ...]]
@@ -156,7 +183,7 @@ def _csv(spark: SparkSession, files: list[DmsFile], headers: dict[str, tuple[str
     for header, group in sorted(by_header.items(), key=lambda kv: -len(kv[1])):
         columns = StructType([StructField(name, StringType()) for name in header])
         frame = (spark.read.schema(columns).option("header", "true").option("multiLine", "true")
-                 .option("ignoreMissingFiles", "true").csv([_literal(f.path) for f in group]))
+                 .csv([_literal(f.path) for f in group]))
         frames.append((_located(spark, frame, group, row_index=False), group))
     return frames
 
@@ -251,5 +278,8 @@ def _col(name: str) -> Column:
     return F.col("`" + name.replace("`", "``") + "`")
 
 
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0][:300]
+def _spark_reason(exc: Exception) -> str:
+    """The line of Spark's error that names its error class (a Py4J error opens with the call that failed)."""
+    lines = str(exc).strip().splitlines()
+    found = next((match[0] for match in map(ERROR_CLASS.search, lines) if match), lines[0])
+    return found[:300]

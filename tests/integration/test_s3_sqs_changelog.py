@@ -85,8 +85,8 @@ def _dms(ops: list[str], second: int, **columns: pa.Array) -> bytes:
 
 def test_a_batch_lands_each_table_once_whatever_its_files_hold(stack, spark, cfg: PipelineConfig) -> None:
     """Files of one table with an added column, a wider id and a malformed row; a file whose id does not fit; a
-    file gone; a table named with a space and brackets; a file outside DMS's layout. Landed twice as one batch
-    (a replay)."""
+    file gone; a file that is not Parquet; a table named with a space and brackets; a file outside DMS's layout.
+    Landed twice as one batch (a replay)."""
     bucket = f"dmsone{uuid.uuid4().hex[:6]}"
     cfg = cfg.model_copy(update={"dms_files": cfg.dms_files.model_copy(update={
         "bucket": bucket, "queue": bucket, "queue_url": "http://unused"})})
@@ -103,10 +103,11 @@ def test_a_batch_lands_each_table_once_whatever_its_files_hold(stack, spark, cfg
         f"{table}/20260101-000000004.parquet": _dms(["I"], 5, id=pa.array([{"n": 7}]), name=pa.array(["s"])),
         f"{odd}/LOAD00000001.parquet": _dms(["I"], 0, id=pa.array([5], pa.int32())),
         f"s3://{bucket}/stray.parquet": _dms(["I"], 0, id=pa.array([6], pa.int32())),
+        f"{table}/20260101-000000005.parquet": b"not parquet at all",
     }
     for path, body in files.items():
         s3.put_object(Bucket=bucket, Key=path.split("/", 3)[3], Body=body)
-    gone = f"{table}/20260101-000000009.parquet"  # announced, then deleted before it was read: skipped
+    gone = f"{table}/20260101-000000009.parquet"  # announced, then deleted before it was read: a dead letter
     batch = spark.createDataFrame([(path, len(body), datetime(2026, 1, 2)) for path, body in files.items()]
                                   + [(gone, 1, datetime(2026, 1, 2))], FILE_ROWS_SCHEMA)
     landing, transport = Landing(cfg, spark), S3SqsTransport(cfg)
@@ -129,17 +130,24 @@ def test_a_batch_lands_each_table_once_whatever_its_files_hold(stack, spark, cfg
     assert [(r["_op"], r["id"], r["_transport"]["file"]) for r in odd_rows] == \
         [("r", 5, f"{odd}/LOAD00000001.parquet")]
 
-    assert first.dead_by_topic == {f"{bucket}.public.t": {"MalformedDmsRow": 1, "IncompatibleDmsFile": 1},
-                                   "..": {"UnroutableFile": 1}} and first.dead_letters == 3
+    assert first.dead_by_topic == {f"{bucket}.public.t": {"MalformedDmsRow": 1, "IncompatibleDmsFile": 1,
+                                                          "MissingDmsFile": 1, "UnreadableDmsFile": 1},
+                                   "..": {"UnroutableFile": 1}} and first.dead_letters == 5
     letters = spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{cfg.changelog.dead_letter_table}")
     found = {(r["topic"], r["error_class"], r["offset"], r["error_message"].rsplit("(", 1)[-1])
              for r in letters.where(letters.error_message.contains(f"s3://{bucket}/")).collect()}
     assert found == {
         (f"{bucket}.public.t", "MalformedDmsRow", 1, f"{table}/20260101-000000002.parquet row 1)"),
         (f"{bucket}.public.t", "IncompatibleDmsFile", 0, f"{table}/20260101-000000004.parquet row 0)"),
-        ("..", "UnroutableFile", 0, f"s3://{bucket}/stray.parquet row 0)")}
-    assert first.rows_in == replay.rows_in == 8
-    assert first.records[f"{bucket}.public.t"] == 6
+        ("..", "UnroutableFile", 0, f"s3://{bucket}/stray.parquet row 0)"),
+        (f"{bucket}.public.t", "MissingDmsFile", -1, f"{gone})"),
+        (f"{bucket}.public.t", "UnreadableDmsFile", -1, f"{table}/20260101-000000005.parquet)")}
+    messages = {r["error_class"]: r["error_message"] for r in letters.where(letters["offset"] == -1).collect()
+                if bucket in r["error_message"]}
+    assert messages["MissingDmsFile"].startswith("announced, but no object is there: deleted before it was read")
+    assert messages["UnreadableDmsFile"].startswith("not a readable Parquet file ([FAILED_READ_FILE")
+    assert first.rows_in == replay.rows_in == 10
+    assert first.records[f"{bucket}.public.t"] == 8
     assert replay.tables == {} and replay.dead_letters_skipped  # nothing twice
     assert {table.rsplit(".", 1)[-1] for table in replay.skipped} == {name, odd_name, cfg.changelog.dead_letter_table}
 

@@ -66,6 +66,26 @@ def test_sns_wrapped_and_eventbridge_events() -> None:
     assert [f.path for f in parse_message(bridge).files] == ["s3://b/x y.csv"]
 
 
+def eventbridge_event(key: str) -> str:
+    return json.dumps({"source": "aws.s3", "detail-type": "Object Created", "time": "2026-01-01T00:00:00Z",
+                       "detail": {"bucket": {"name": "b"}, "object": {"key": key, "size": 3}}})
+
+
+@pytest.mark.parametrize(("encoded", "key"), [
+    ("in/Order+Items/a.csv", "in/Order Items/a.csv"),  # a space is '+'
+    ("in/c%2B%2B/a.csv", "in/c++/a.csv"),  # a '+' is %2B
+    ("in/100%25/a.csv", "in/100%/a.csv"),  # a '%' is %25
+    ("in/caf%C3%A9/%E5%90%8D%E5%89%8D.csv", "in/café/名前.csv"),  # non-ASCII: its UTF-8 bytes
+])
+@pytest.mark.parametrize("event", [s3_event, eventbridge_event], ids=["s3-notification", "eventbridge"])
+def test_object_keys_are_decoded_as_form_values(event, encoded: str, key: str) -> None:
+    assert [f.path for f in parse_message(event(encoded)).files] == [f"s3://b/{key}"]
+
+
+def test_a_key_that_is_not_utf8_once_decoded_is_a_malformed_message() -> None:
+    assert "UnicodeDecodeError" in (parse_message(s3_event("in/%FF.csv")).malformed or "")
+
+
 def test_test_events_and_removals_announce_nothing() -> None:
     assert parse_message(json.dumps({"Service": "Amazon S3", "Event": "s3:TestEvent"})).ignored
     assert parse_message(s3_event("k", name="ObjectRemoved:Delete")).ignored

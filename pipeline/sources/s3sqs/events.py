@@ -2,8 +2,11 @@
 
 Three shapes carry the same news: an S3 event notification (`Records[].s3`), the same wrapped by SNS for fan-out
 (`Type: Notification`, the event as text in `Message`), and an EventBridge event (`source: aws.s3`,
-`detail-type: Object Created`). S3 URL-encodes keys in its notifications (`+` for a space, `%2F` for `/`);
-EventBridge does not. S3's `s3:TestEvent`, sent when notifications are configured, announces nothing.
+`detail-type: Object Created`). Both carry the object key URL-encoded as a form value (S3's notification
+documentation: "red flower.jpg" becomes "red+flower.jpg"; `%2B` is a `+`, `%25` a `%`, UTF-8 bytes as `%XX`), and
+both are decoded by that one rule, as AWS's own Lambda Powertools decodes both. A key decoded wrong names no
+object, and its file is dead-lettered by the changelog stage, never skipped. S3's `s3:TestEvent`, sent when
+notifications are configured, announces nothing.
 """
 
 from __future__ import annotations
@@ -64,8 +67,7 @@ def _s3_records(records: list[dict[str, Any]]) -> Parsed:
             others.append(name)
             continue
         s3 = record["s3"]
-        key = unquote_plus(s3["object"]["key"])
-        files.append(S3File(f"s3://{s3['bucket']['name']}/{key}", int(s3["object"].get("size") or 0),
+        files.append(S3File(_path(s3["bucket"]["name"], s3["object"]["key"]), int(s3["object"].get("size") or 0),
                             _epoch_ms(record["eventTime"])))
     return Parsed(files=files, ignored=None if files else f"not an object creation: {', '.join(others)}")
 
@@ -74,8 +76,13 @@ def _eventbridge(event: dict[str, Any]) -> Parsed:
     if event.get("detail-type") != "Object Created":
         return Parsed(ignored=f"not an object creation: {event.get('detail-type')}")
     detail = event["detail"]
-    path = f"s3://{detail['bucket']['name']}/{detail['object']['key']}"
+    path = _path(detail["bucket"]["name"], detail["object"]["key"])
     return Parsed(files=[S3File(path, int(detail["object"].get("size") or 0), _epoch_ms(event["time"]))])
+
+
+def _path(bucket: str, encoded_key: str) -> str:
+    """`s3://bucket/key` of a key as events carry it: form-URL-encoded (`+` a space, `%XX` UTF-8 bytes)."""
+    return f"s3://{bucket}/{unquote_plus(encoded_key, errors='strict')}"
 
 
 def _epoch_ms(text: str) -> int:

@@ -4,7 +4,9 @@ One pass: the `s3-sqs` source (`pipeline/sources/s3sqs`, `rowFormat=files`) hand
 reads no file; the list names each file's table (DMS's folder layout), so each table's files are read once, by
 Spark's own Parquet or CSV reader over the files alone (`cdc/dms_files.py`: row types from the footers or
 headers, file and row from Spark's `_metadata`), decoded into the DMS shape and by `cdc/normalize.py` into the
-canonical change record as they are read, and appended; nothing is cached or scanned to plan. `mirror` and
+canonical change record as they are read, and appended; nothing is cached or scanned to plan. A file announced
+but gone, or unreadable, is a dead letter naming its object (`MissingDmsFile`, `UnreadableDmsFile`), counted
+against the dead-letter bound like any other. `mirror` and
 `verify` work unchanged. The source replays a crashed batch's exact file list, so with the stage's idempotent
 appends every file lands once. A run until caught up stops once the queue is drained (the source's
 status file says so), not after one batch as Spark's available-now would.
@@ -32,7 +34,7 @@ from pipeline.sources.s3sqs.status import clear_status, read_status
 from tables.names import SourceTable, UnmappableName
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
     from pipeline.stages.changelog.landing import Landing
@@ -138,8 +140,12 @@ class S3SqsTransport:
 
         settings, first = self.cfg.dms_files, files[0]
         read = dms_files.read_table(landing.spark, files, settings.file_format, headers)
-        if read is None:
-            return []
+        dead: list[DataFrame] = []
+        if read.lost:  # a file with no rows to show is one record, and one dead letter that names it
+            dead.append(_lost(landing.spark, read.lost))
+            _count(report, first.topic, len(read.lost))
+        if read.rows is None:
+            return dead
         refused = [(rows, "IncompatibleDmsFile", reason) for rows, reason in read.misfits]
         name, source = None, SourceTable(first.db, first.schema, first.table)
         if not first.table:
@@ -149,7 +155,7 @@ class S3SqsTransport:
                 name = landing.owners.claim(source)
             except UnmappableName as exc:  # or TableNameCollision
                 refused.append((read.rows, exc.error_class, str(exc)))
-        dead = [_dead(rows, error_class, reason) for rows, error_class, reason in refused]
+        dead += [_dead(rows, error_class, reason) for rows, error_class, reason in refused]
         if refused:  # rows that cannot land: counted (for the dead-letter bound), then read as dead letters
             _count(report, first.topic, sum(rows.count() for rows, _, _ in refused))
         if name is None:
@@ -176,13 +182,32 @@ def _count(report: BatchReport, topic: str, rows: int) -> None:
 
 
 def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
-    """A dead letter of a file row, in the dead-letter table's Kafka-like columns: the file and row are named."""
+    """A dead letter of a file row: the file and row are named."""
     from pyspark.sql import functions as F
 
     where = F.concat(F.lit(f"{message} ("), F.col("_file_path"), F.lit(" row "), F.col("_file_row"), F.lit(")"))
-    return rows.select(
-        F.lit(None).cast("binary").alias("key"), F.col("value").cast("binary").alias("value"),
-        F.concat_ws(".", "db", "schema_name", "table_name").alias("topic"), F.lit(0).alias("partition"),
-        F.col("_file_row").alias("offset"), F.col("_file_event_time").alias("timestamp"),
-        F.lit(None).cast("string").alias("schema_id"), F.lit(error_class).alias("error_class"),
-        where.alias("error_message"))
+    return _letters(rows, F.col("value"), F.concat_ws(".", "db", "schema_name", "table_name"), F.col("_file_row"),
+                    F.col("_file_event_time"), F.lit(error_class), where)
+
+
+def _lost(spark: SparkSession, lost: list[tuple[DmsFile, str, str]]) -> DataFrame:
+    """A dead letter of each file with no rows to show (gone, unreadable): no value, offset -1, the file named."""
+    from pyspark.sql import functions as F
+
+    files = spark.createDataFrame([(item.topic, item.event_time, error_class, f"{reason} ({item.path})")
+                                   for item, error_class, reason in lost],
+                                  "topic string, event_time timestamp, error_class string, message string")
+    return _letters(files, F.lit(None), F.col("topic"), F.lit(-1).cast("bigint"), F.col("event_time"),
+                    F.col("error_class"), F.col("message"))
+
+
+def _letters(frame: DataFrame, value: Column, topic: Column, offset: Column, timestamp: Column,
+             error_class: Column, message: Column) -> DataFrame:
+    """Dead letters in the dead-letter table's Kafka-like columns."""
+    from pyspark.sql import functions as F
+
+    return frame.select(
+        F.lit(None).cast("binary").alias("key"), value.cast("binary").alias("value"), topic.alias("topic"),
+        F.lit(0).alias("partition"), offset.alias("offset"), timestamp.alias("timestamp"),
+        F.lit(None).cast("string").alias("schema_id"), error_class.alias("error_class"),
+        message.alias("error_message"))
