@@ -586,7 +586,8 @@ def test_a_batch_half_landed_by_a_version_of_another_fit_rule_stops_the_stage(aw
         client.put_records(StreamName=stream, Records=[*(_dms("items", {"id": i, "name": f"n{i}"}, i)
                                                          for i in range(first, first + 10)),
                                                        _dms(f"tags{first}", {"tag": f"t{first}"}, first + 10)])
-        with mock.patch.object(Landing, "_planned", fail_before_the_rest), pytest.raises(Exception):
+        with mock.patch.object(Landing, "_planned", fail_before_the_rest), \
+                pytest.raises(Exception, match="killed between the appends"):
             ChangelogStage(cfg, spark).run(until_caught_up=True)
 
     client.put_records(StreamName=stream, Records=[_dms("items", {"id": i, "name": f"n{i}"}, i) for i in range(10)])
