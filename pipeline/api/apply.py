@@ -62,40 +62,48 @@ def apply_changes(spark: SparkSession, target: str, source: DataFrame, keys: lis
     the mirror's views to overlay (`tables/pending.py`). `config`: the pipeline's configuration (the CLI's);
     `commit_metadata` lands in the same commit (the mirror's watermark).
     """
-    table, lake = _target(target)
-    name = table.replace("/", ".").rsplit(".", 1)[-1]
+    where = _target(target)
+    name = where.name
     check_columns(name, source.columns, keys, sequence_by)
     tracked, untracked = track_history_column_list, track_history_except_column_list
     if sequence_by != CANONICAL_SEQUENCE and not tracked:  # it changes with every change: no reason for a version
         untracked = [*(untracked or []), sequence_by]
-    cfg = _config(config, table, lake, keys, stored_as_scd_type, tracked, untracked, delete_mode, layout)
+    cfg = _config(config, where, keys, stored_as_scd_type, tracked, untracked, delete_mode, layout)
     changes = _canonical(name, source, keys, sequence_by, apply_as_deletes, source_time, column_list,
                          except_column_list, ignore_null_updates, ignore_null_updates_column_list)
     return _apply(cfg, spark, name, changes, keys, sequence_by, commit_metadata or {})
 
 
-def _target(target: str) -> tuple[str, LakeSettings]:
-    """(catalog.namespace.table, or the Delta table's folder as `<root>/<namespace>/<table>`) and its format."""
+@dataclass(frozen=True)
+class _Target:
+    """Where `apply_changes` writes: an Iceberg table of a catalog, or a Delta table `<root>/<namespace>/<name>`
+    (its name is the last folder whole, dots and all)."""
+
+    lake: LakeSettings
+    namespace: str
+    name: str
+    catalog: str | None = None  # Iceberg's; None for a Delta path
+
+
+def _target(target: str) -> _Target:
     if target.startswith("delta.`") and target.endswith("`"):
         target = target[len("delta.`"):-1]
     if "/" in target:
         root, namespace, name = target.rstrip("/").rsplit("/", 2)
-        return f"{namespace}/{name}", LakeSettings(format="delta", delta_root=root)
+        return _Target(LakeSettings(format="delta", delta_root=root), namespace, name)
     parts = [p.strip("`") for p in target.split(".")]
     if len(parts) != 3 or not all(parts):
         raise ValueError(f"target {target!r}: name an Iceberg table as catalog.namespace.table, or a Delta table by "
                          "its path (/data/lake/mirror/orders, s3://bucket/lake/mirror/orders)")
-    return ".".join(parts), LakeSettings(format="iceberg")
+    return _Target(LakeSettings(format="iceberg"), parts[1], parts[2], parts[0])
 
 
-def _config(config: PipelineConfig | None, table: str, lake: LakeSettings, keys: list[str], scd_type: int,
+def _config(config: PipelineConfig | None, where: _Target, keys: list[str], scd_type: int,
             tracked: list[str] | None, untracked: list[str] | None, delete_mode: str, layout: str) -> PipelineConfig:
     """The configuration the stage's code reads, for one table: `config`'s (the CLI's), else the defaults,
     with the target's catalog, namespace and format and the call's CDC rules, validated as settings are."""
     cfg = config or PipelineConfig()
-    separator = "." if lake.format == "iceberg" else "/"
-    *where, name = table.split(separator)
-    namespace = where[-1]
+    name, namespace, lake = where.name, where.namespace, where.lake
     mirror = cfg.mirror.model_dump()
     if namespace != cfg.mirror.namespace:
         mirror.update(namespace=namespace, pending_namespace=f"{namespace}_pending")
@@ -107,7 +115,7 @@ def _config(config: PipelineConfig | None, table: str, lake: LakeSettings, keys:
     lake_settings = cfg.lake.model_copy(update={"format": lake.format})
     if lake.format == "delta":
         lake_settings = lake_settings.model_copy(update={"delta_root": lake.delta_root})
-    catalog = cfg.catalog.model_copy(update={"name": where[0]}) if lake.format == "iceberg" else cfg.catalog
+    catalog = cfg.catalog.model_copy(update={"name": where.catalog}) if where.catalog else cfg.catalog
     return cfg.model_copy(update={"mirror": MirrorSettings.model_validate(mirror), "lake": lake_settings,
                                   "catalog": catalog})
 

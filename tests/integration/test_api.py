@@ -52,3 +52,13 @@ def test_ignored_nulls_keep_the_value_and_column_lists_shape_the_target(spark) -
     state = spark.table(target).orderBy("order_id")
     assert "status" not in state.columns
     assert [(r.order_id, r.note, r._seq.source_major) for r in state.collect()] == [(1, "ring twice", 3), (2, "x", 4)]
+
+
+def test_a_delta_path_whose_last_folder_has_a_dot_is_written_there(spark, tmp_path) -> None:
+    from delta.tables import DeltaTable
+
+    target = tmp_path / "mirror" / "orders.v2"
+    changes = spark.createDataFrame([(1, "new", "c", 1, "2026-11-20 10:00:00")], SCHEMA)
+    apply_changes(spark, target=str(target), source=changes, keys=["order_id"], sequence_by="_seq")
+    assert DeltaTable.isDeltaTable(spark, str(target)) and not (tmp_path / "mirror" / "v2").exists()
+    assert [(r.order_id, r.status) for r in spark.read.format("delta").load(str(target)).collect()] == [(1, "new")]

@@ -176,3 +176,16 @@ def test_a_mirror_bucketed_by_its_key_merges_with_a_storage_partitioned_join() -
     assert merge_join_conf(cfg, "a", ["other"]) == {}  # bucketed, but not by a key: the join cannot use it
     assert merge_join_conf(cfg, "b", ["id", "name"]) == STORAGE_PARTITIONED_JOIN
     assert merge_join_conf(cfg, "c", ["id"]) == merge_join_conf(cfg, "unpartitioned", ["id"]) == {}
+
+
+@pytest.mark.parametrize(("target", "namespace", "name"), [
+    ("/lake/mirror/orders.v2", "mirror", "orders.v2"), ("s3://b/lake/mirror/orders.v2/", "mirror", "orders.v2"),
+    ("delta.`/lake/mirror/a.b.c`", "mirror", "a.b.c"), ("lake.mirror.orders", "mirror", "orders"),
+])
+def test_apply_changes_names_the_table_its_target_names(target: str, namespace: str, name: str) -> None:
+    from pipeline.api.apply import _config, _target
+
+    where = _target(target)
+    assert (where.namespace, where.name) == (namespace, name)
+    cfg = _config(None, where, ["id"], 1, None, None, "soft", "merge")
+    assert cfg.mirror.keys == {name: "id"} and cfg.mirror.namespace == namespace
