@@ -29,6 +29,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc.decode import VALID
+from tables.names import column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -209,7 +210,7 @@ def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_in
         F.struct(F.lit(f.path).alias("path"), F.lit(f.event_time).cast("timestamp").alias("event_time"),
                  F.lit(f.load).alias("load"), F.lit(f.number).cast("bigint").alias("number")))])
     where = F.element_at(announced, F.col("_spark_path"))
-    return frame.select(*[_col(name) for name in data], where["path"].alias("_file_path"), "_file_row",
+    return frame.select(*[column(name) for name in data], where["path"].alias("_file_path"), "_file_row",
                         where["event_time"].alias("_file_event_time"), where["load"].alias("_file_load"),
                         where["number"].alias("_file_number"))
 
@@ -217,7 +218,7 @@ def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_in
 def _shaped(rows: DataFrame, table: DmsFile) -> DataFrame:
     """The files' columns in one struct `_row` (a table may have a column named `offset` or `db`), the row as
     JSON in `value` (for a dead letter), the file columns and the table's names."""
-    data = F.struct(*[_col(name) for name in rows.columns if name not in FILE_COLUMNS])
+    data = F.struct(*[column(name) for name in rows.columns if name not in FILE_COLUMNS])
     return rows.select(data.alias("_row"), F.to_json(data).alias("value"), *FILE_COLUMNS,
                        F.lit(table.db).alias("db"), F.lit(table.schema).alias("schema_name"),
                        F.lit(table.table).alias("table_name"))
@@ -272,10 +273,6 @@ def _commit_time(rows: DataFrame, name: str) -> tuple[Column, Column]:
 def _literal(path: str) -> str:
     """A path Spark reads as itself: its glob characters escaped (a DMS table may be named `a[1]`)."""
     return GLOB.sub(r"\\\1", path)
-
-
-def _col(name: str) -> Column:
-    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _spark_reason(exc: Exception) -> str:

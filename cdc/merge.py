@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from tables.names import quote, sql_string
+from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -50,8 +50,8 @@ def prepared(changes: DataFrame) -> DataFrame:
             .withColumn("_merged_at", F.current_timestamp()))
     if UNCHANGED not in rows.columns:
         return rows
-    return rows.select(*[F.when(F.array_contains(UNCHANGED, c), F.lit(None)).otherwise(F.col(c)).alias(c)
-                         if not c.startswith("_") else F.col(c) for c in rows.columns])
+    return rows.select(*[F.when(F.array_contains(UNCHANGED, c), F.lit(None)).otherwise(column(c)).alias(c)
+                         if not c.startswith("_") else column(c) for c in rows.columns])
 
 
 def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
@@ -59,7 +59,8 @@ def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    newest_first = Window.partitionBy(*keys).orderBy(F.col("_seq").desc())  # one sort: the carry and the rank
+    # one sort: the carry and the rank
+    newest_first = Window.partitionBy(*map(column, keys)).orderBy(F.col("_seq").desc())
     reduced = prepared(changes)
     if UNCHANGED in reduced.columns:
         reduced = _carry_unchanged(reduced, keys, newest_first.rowsBetween(0, Window.unboundedFollowing))
@@ -72,10 +73,10 @@ def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: Window
     from pyspark.sql import functions as F
 
     columns = [c for c in changes.columns if not c.startswith("_") and c not in keys]
-    carried = {c: F.first(F.when(~F.array_contains(UNCHANGED, c), F.struct(F.col(c).alias("v"))), ignorenulls=True)
+    carried = {c: F.first(F.when(~F.array_contains(UNCHANGED, c), F.struct(column(c).alias("v"))), ignorenulls=True)
                .over(this_and_older) for c in columns}
     still = F.array_compact(F.array(*[F.when(carried[c].isNull(), F.lit(c)) for c in columns]))
-    return changes.select(*[carried[c]["v"].alias(c) if c in carried else F.col(c) for c in changes.columns
+    return changes.select(*[carried[c]["v"].alias(c) if c in carried else column(c) for c in changes.columns
                             if c != UNCHANGED], (still if columns else F.col(UNCHANGED)).alias(UNCHANGED))
 
 
@@ -85,20 +86,20 @@ def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None) -> 
     delete at the truncate's position and source time. Without a truncate, `reduced` as it is."""
     from pyspark.sql import functions as F
 
-    is_truncate = functools.reduce(operator.and_, [F.col(k).isNull() for k in keys], F.col("_op") == TRUNCATE)
+    is_truncate = functools.reduce(operator.and_, [column(k).isNull() for k in keys], F.col("_op") == TRUNCATE)
     if reduced.where(is_truncate).isEmpty():
         return reduced
     rows = reduced.where(~is_truncate)
     if mirror is not None:
-        live = mirror.where(~F.col("_is_deleted")).join(rows.select(*keys), keys, "left_anti")
-        rows = rows.unionByName(live.select(*[F.col(c) if c in live.columns else F.lit(None).cast(kind).alias(c)
+        live = mirror.where(~F.col("_is_deleted")).join(rows.select(*map(column, keys)), keys, "left_anti")
+        rows = rows.unionByName(live.select(*[column(c) if c in live.columns else F.lit(None).cast(kind).alias(c)
                                               for c, kind in rows.dtypes]))
     at = reduced.where(is_truncate).select(F.col("_seq").alias("_t_seq"), F.col("_source_ts").alias("_t_ts"))
     older = F.expr(POSITION) < F.struct(F.col("_t_seq.source_major"), F.col("_t_seq.source_minor"))
     deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": F.col("_t_seq"),
                "_source_ts": F.col("_t_ts"), "_deleted_at": F.col("_t_ts")}
     return rows.crossJoin(F.broadcast(at)).select(
-        *[F.when(older, deleted[c]).otherwise(F.col(c)).alias(c) if c in deleted else F.col(c) for c in rows.columns])
+        *[F.when(older, deleted[c]).otherwise(column(c)).alias(c) if c in deleted else column(c) for c in rows.columns])
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,20 @@ def data_columns(columns: list[str], keys: Sequence[str]) -> list[str]:
     return [c for c in columns if not c.startswith("_") and c not in keys]
 
 
-def resolved_sql(columns: list[str], keys: list[str]) -> str:
-    """Spark SQL over `{table}` (a mirror's base) and `{pending}` (the changes merged since its last fold): one
+@dataclass(frozen=True)
+class Relations:
+    """What the overlay and version SQL reads, as SQL text: a mirror's base (`table`), its pending changes
+    (`pending`) and, for a version rebuild's replacement, the rebuilt versions (`rebuilt`); each a quoted name,
+    maybe pinned (`VERSION AS OF n`). The SQL is built around them, never filled in afterwards, so no column
+    name (`a{b}`, `{pending}`) is read as a placeholder."""
+
+    table: str
+    pending: str
+    rebuilt: str = ""
+
+
+def resolved_sql(columns: list[str], keys: list[str], on: Relations) -> str:
+    """Spark SQL over `on.table` (a mirror's base) and `on.pending` (the changes merged since its last fold): one
     row per pending key, as the source's history in `_seq` order defines it, whatever order the changes
     arrived in. Each column of `columns` (the mirror's, without `_unchanged`) comes from the newest row (by
     `_seq`) that knows it: a soft delete knows only its `TOMBSTONE` columns (the row keeps its last values),
@@ -172,9 +185,9 @@ def resolved_sql(columns: list[str], keys: list[str]) -> str:
     change folded already) the base row wins."""
     match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
     listed = ", ".join(quote(c) for c in columns)
-    rows = (f"SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {{table}} b "
-            f"WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE {match}) "
-            f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {{pending}}")
+    rows = (f"SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {on.table} b "
+            f"WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE {match}) "
+            f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {on.pending}")
     data = data_columns(columns, keys)
 
     def knows(column: str) -> str:
@@ -197,15 +210,15 @@ def resolved_sql(columns: list[str], keys: list[str]) -> str:
             f"FROM ({rows}) u GROUP BY {grouped}")
 
 
-def overlay_sql(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> str:
-    """The current state of a mirror in the pending layout (Spark SQL over `{table}` and `{pending}`): the
+def overlay_sql(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"], on: Relations) -> str:
+    """The current state of a mirror in the pending layout (Spark SQL over `on.table` and `on.pending`): the
     base rows no pending change touches, and the resolved rows of the others (`resolved_sql`); with hard
     deletes, without the deleted keys. `columns` are the mirror's without `_unchanged`, which it leaves out."""
     match = " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
     listed = ", ".join(quote(c) for c in columns)
-    untouched = f"SELECT {listed} FROM {{table}} b WHERE NOT EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
+    untouched = f"SELECT {listed} FROM {on.table} b WHERE NOT EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
     live = " WHERE NOT _is_deleted" if delete_mode == "hard" else ""
-    return f"{untouched} UNION ALL SELECT {listed} FROM ({resolved_sql(columns, keys)}) r{live}"
+    return f"{untouched} UNION ALL SELECT {listed} FROM ({resolved_sql(columns, keys, on)}) r{live}"
 
 
 def merge_sql(target: str, source_view: str, clauses: MergeClauses) -> str:

@@ -25,8 +25,8 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Iterable
 
-from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses, data_columns
-from tables.names import quote, sql_string
+from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses, Relations, data_columns
+from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -56,19 +56,19 @@ def _same_key(keys: list[str]) -> str:
     return " AND ".join(f"p.{quote(k)} = b.{quote(k)}" for k in keys)
 
 
-def versions_sql(columns: list[str], keys: list[str], tracked_columns: list[str]) -> str:
-    """Spark SQL over `{table}` (stored versions) and `{pending}` (new changes): the versions of every key
-    `{pending}` names, rebuilt. `columns` are the change columns (without `_unchanged` and the version
+def versions_sql(columns: list[str], keys: list[str], tracked_columns: list[str], on: Relations) -> str:
+    """Spark SQL over `on.table` (stored versions) and `on.pending` (new changes): the versions of every key
+    `on.pending` names, rebuilt. `columns` are the change columns (without `_unchanged` and the version
     columns); the result has those, `_unchanged` and `VERSION_COLUMNS`."""
     match = _same_key(keys)
     listed = ", ".join(quote(c) for c in columns)
     as_first = ", ".join("_seq_from AS _seq" if c == "_seq" else "_valid_from AS _source_ts" if c == "_source_ts"
                          else quote(c) for c in columns)
-    touched = f"EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
-    rows = (f"SELECT {as_first}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {{table}} b WHERE {touched} "
-            f"UNION ALL SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {{table}} b "
+    touched = f"EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
+    rows = (f"SELECT {as_first}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {on.table} b WHERE {touched} "
+            f"UNION ALL SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {on.table} b "
             f"WHERE _seq <> _seq_from AND {touched} "
-            f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {{pending}}")
+            f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {on.pending}")
     partition = ", ".join(quote(k) for k in keys)
     order = f"PARTITION BY {partition} ORDER BY _seq, {FROM_BASE} DESC"
     data = data_columns(columns, keys)
@@ -114,31 +114,32 @@ def versions_sql(columns: list[str], keys: list[str], tracked_columns: list[str]
             f"lead(_seq_from) OVER ({by_start}) IS NULL AS _is_current FROM ({versions}) v")
 
 
-def history_sql(columns: list[str], keys: list[str], tracked_columns: list[str]) -> str:
-    """Every version of an SCD2 table in the pending layout (Spark SQL over `{table}` and `{pending}`): the
+def history_sql(columns: list[str], keys: list[str], tracked_columns: list[str], on: Relations) -> str:
+    """Every version of an SCD2 table in the pending layout (Spark SQL over `on.table` and `on.pending`): the
     stored versions of keys without new changes, and the rebuilt versions of the others. `columns` are the
     change columns; the result has those and `VERSION_COLUMNS`."""
     match = _same_key(keys)
     listed = ", ".join(quote(c) for c in (*columns, *VERSION_COLUMNS))
-    untouched = f"SELECT {listed} FROM {{table}} b WHERE NOT EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
-    return f"{untouched} UNION ALL SELECT {listed} FROM ({versions_sql(columns, keys, tracked_columns)}) r"
+    untouched = f"SELECT {listed} FROM {on.table} b WHERE NOT EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
+    return f"{untouched} UNION ALL SELECT {listed} FROM ({versions_sql(columns, keys, tracked_columns, on)}) r"
 
 
-def touched_sql(keys: list[str]) -> str:
-    """The stored versions (`{table}`) of the keys the new changes (`{pending}`) name: all a rebuild reads."""
+def touched_sql(keys: list[str], on: Relations) -> str:
+    """The stored versions (`on.table`) of the keys the new changes (`on.pending`) name: all a rebuild reads."""
     match = _same_key(keys)
-    return f"SELECT * FROM {{table}} b WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE {match})"
+    return f"SELECT * FROM {on.table} b WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
 
 
-def replaced_sql(columns: list[str], keys: list[str]) -> str:
-    """What a merge of rebuilt versions writes (over `{table}` and `{pending}`): every rebuilt version, and
-    each stored version of those keys the rebuild no longer has (`_drop`: a version a late change moved)."""
+def replaced_sql(columns: list[str], keys: list[str], on: Relations) -> str:
+    """What a merge of rebuilt versions (`on.rebuilt`) writes (over `on.table` and `on.pending`): every rebuilt
+    version, and each stored version of those keys the rebuild no longer has (`_drop`: a version a late change
+    moved)."""
     match = _same_key(keys)
     same = " AND ".join([*(f"r.{quote(k)} = b.{quote(k)}" for k in keys), "r._seq_from = b._seq_from"])
     listed = ", ".join(quote(c) for c in (*columns, UNCHANGED, *VERSION_COLUMNS))
-    gone = (f"SELECT {listed}, true AS {DROP} FROM {{table}} b WHERE EXISTS (SELECT 1 FROM {{pending}} p WHERE "
-            f"{match}) AND NOT EXISTS (SELECT 1 FROM ({{rebuilt}}) r WHERE {same})")
-    return f"SELECT {listed}, false AS {DROP} FROM ({{rebuilt}}) x UNION ALL {gone}"
+    gone = (f"SELECT {listed}, true AS {DROP} FROM {on.table} b WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE "
+            f"{match}) AND NOT EXISTS (SELECT 1 FROM ({on.rebuilt}) r WHERE {same})")
+    return f"SELECT {listed}, false AS {DROP} FROM ({on.rebuilt}) x UNION ALL {gone}"
 
 
 def version_clauses(columns: list[str], keys: list[str]) -> MergeClauses:
@@ -155,22 +156,25 @@ def truncates_as_deletes(changes: DataFrame, keys: list[str], versions: DataFram
     older change in `changes`. Later changes of those keys (inserts after the truncate) stand."""
     from pyspark.sql import functions as F
 
-    is_truncate = functools.reduce(operator.and_, [F.col(k).isNull() for k in keys], F.col("_op") == TRUNCATE)
+    key_columns = [column(k) for k in keys]
+    is_truncate = functools.reduce(operator.and_, [k.isNull() for k in key_columns], F.col("_op") == TRUNCATE)
     truncates = changes.where(is_truncate).select(F.col("_seq").alias("_t_seq"), F.col("_source_ts").alias("_t_ts"))
     rows = changes.where(~is_truncate)
     at = F.struct(F.col("_t_seq.source_major"), F.col("_t_seq.source_minor"))
 
-    def position(column: str) -> Column:
-        return F.struct(F.col(f"{column}.source_major"), F.col(f"{column}.source_minor"))
+    def position(name: str) -> Column:
+        return F.struct(F.col(f"{name}.source_major"), F.col(f"{name}.source_minor"))
 
-    candidates = rows.select(*keys, "_seq").crossJoin(F.broadcast(truncates)).where(position("_seq") < at)
+    candidates = rows.select(*key_columns, "_seq").crossJoin(F.broadcast(truncates)).where(position("_seq") < at)
     if versions is not None:
-        live = versions.where("NOT _is_deleted").select(*keys, "_seq_from", "_seq_to").crossJoin(F.broadcast(truncates))
+        live = (versions.where("NOT _is_deleted").select(*key_columns, "_seq_from", "_seq_to")
+                .crossJoin(F.broadcast(truncates)))
         live = live.where((position("_seq_from") < at) & (F.col("_seq_to").isNull() | (position("_seq_to") > at)))
-        candidates = candidates.select(*keys, "_t_seq", "_t_ts").unionByName(live.select(*keys, "_t_seq", "_t_ts"))
+        candidates = candidates.select(*key_columns, "_t_seq", "_t_ts").unionByName(
+            live.select(*key_columns, "_t_seq", "_t_ts"))
     deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": F.col("_t_seq"),
                "_source_ts": F.col("_t_ts"), "_deleted_at": F.col("_t_ts")}
-    deletes = candidates.select(*keys, "_t_seq", "_t_ts").distinct().select(
-        *[deleted[c].alias(c) if c in deleted else F.col(c) if c in keys else F.lit(None).cast(kind).alias(c)
+    deletes = candidates.select(*key_columns, "_t_seq", "_t_ts").distinct().select(
+        *[deleted[c].alias(c) if c in deleted else column(c) if c in keys else F.lit(None).cast(kind).alias(c)
           for c, kind in rows.dtypes])
     return rows.unionByName(deletes)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdc.merge import TRUNCATE
+from tables.names import column
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -57,19 +58,21 @@ def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: 
     from pyspark.sql import functions as F
 
     truncate = F.col("_op") == TRUNCATE
-    null_key = functools.reduce(operator.or_, [F.col(k).isNull() for k in keys]) & ~truncate
-    content = F.hash(*[F.col(c) for c in changes.columns if not c.startswith("_") or c in ("_op", "_is_deleted")])
-    positions = changes.groupBy(*keys, "_seq").agg(
+    key_columns = [column(k) for k in keys]
+    null_key = functools.reduce(operator.or_, [k.isNull() for k in key_columns]) & ~truncate
+    content = F.hash(*[column(c) for c in changes.columns if not c.startswith("_") or c in ("_op", "_is_deleted")])
+    positions = changes.groupBy(*key_columns, "_seq").agg(
         F.count(F.lit(1)).alias("rows"), F.size(F.collect_set(content)).alias("versions"),
         F.count(F.when(null_key, 1)).alias("null_keys"), F.count(F.when(truncate, 1)).alias("truncates"),
         F.count(F.when(F.col("_seq.source_major").isNull(), 1)).alias("null_seqs"),
         F.count(F.when(F.col("_source_ts").isNull(), 1)).alias("null_times"))
-    keyed = functools.reduce(operator.and_, [F.col(k).isNotNull() for k in keys])
-    totals = positions.groupBy(*keys).agg(
+    keyed = functools.reduce(operator.and_, [k.isNotNull() for k in key_columns])
+    totals = positions.groupBy(*key_columns).agg(
         F.sum("rows").alias("rows"), F.max("versions").alias("versions"), F.sum("null_keys").alias("null_keys"),
         F.sum("truncates").alias("truncates"), F.sum("null_seqs").alias("null_seqs"),
         F.sum("null_times").alias("null_times"),
-        F.first(F.when(F.col("versions") > 1, F.to_json(F.struct(*keys, "_seq"))), ignorenulls=True).alias("tie"),
+        F.first(F.when(F.col("versions") > 1, F.to_json(F.struct(*key_columns, "_seq"))),
+                ignorenulls=True).alias("tie"),
     ).select(
         F.count(F.when(keyed, 1)).alias("keys"), F.coalesce(F.sum("rows"), F.lit(0)).alias("changes"),
         F.coalesce(F.sum("null_keys"), F.lit(0)).alias("null_keys"), F.coalesce(F.sum("truncates"), F.lit(0)).alias("truncates"),

@@ -15,12 +15,12 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from cdc.merge import UNCHANGED
+from cdc.merge import UNCHANGED, Relations
 from cdc.scd2 import (VERSION_COLUMNS, history_sql, replaced_sql, touched_sql, tracked, version_clauses,
                        versions_sql)
 from pipeline.config.settings import PipelineConfig
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf, snapshot_properties
-from tables.names import quote
+from tables.names import column, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -33,7 +33,7 @@ def with_versions(changes: DataFrame) -> DataFrame:
     seq = changes.schema["_seq"].dataType
     columns = {"_valid_from": "timestamp", "_valid_to": "timestamp", "_seq_from": seq, "_seq_to": seq,
                "_is_current": "boolean", UNCHANGED: "array<string>"}
-    return changes.select(*[c for c in changes.columns if c not in columns],
+    return changes.select(*[column(c) for c in changes.columns if c not in columns],
                           *[F.lit(None).cast(kind).alias(c) for c, kind in columns.items()])
 
 
@@ -56,14 +56,14 @@ def history_state(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, pen
     """Every version of SCD2 table `base`, with the changes of `pending_ref` (its pending table) applied."""
     if pending_ref is None:
         return base.read().drop(UNCHANGED)
-    return overlaid_history(cfg, spark, base, {"table": base.ref, "pending": pending_ref})
+    return overlaid_history(cfg, spark, base, Relations(base.ref, pending_ref))
 
 
-def overlaid_history(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, refs: dict[str, str]) -> DataFrame:
+def overlaid_history(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, refs: Relations) -> DataFrame:
     """`history_sql` of SCD2 table `base` over `refs` (its base and pending table, each maybe pinned)."""
     columns = change_columns(base)
-    body = history_sql(columns, cfg.mirror.key_columns(base.name), tracked_columns(cfg, base.name, columns))
-    return spark.sql(body.format(**refs))
+    return spark.sql(history_sql(columns, cfg.mirror.key_columns(base.name), tracked_columns(cfg, base.name, columns),
+                                 refs))
 
 
 def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: str | DataFrame,
@@ -83,10 +83,10 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
         table = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
         pending = changes if isinstance(changes, str) else view(changes)
         # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
-        stored = view(spark.sql(touched_sql(keys).format(table=table, pending=pending)).localCheckpoint())
-        rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns))
-                            .format(table=stored, pending=pending)).localCheckpoint()
-        merged = spark.sql(replaced_sql(columns, keys).format(table=stored, pending=pending, rebuilt=view(rebuilt)))
+        stored = view(spark.sql(touched_sql(keys, Relations(table, pending))).localCheckpoint())
+        rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns),
+                                         Relations(stored, pending))).localCheckpoint()
+        merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
         merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
         count = rebuilt.count()
         if count:
@@ -102,8 +102,8 @@ def append_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, c
     keys, columns = cfg.mirror.key_columns(base.name), change_columns(base)
     name = f"building_{base.name}_{uuid.uuid4().hex[:8]}"
     changes.createOrReplaceTempView(name)
-    versions = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns))
-                         .format(table=base.ref, pending=quote(name)))
+    versions = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns),
+                                      Relations(base.ref, quote(name))))
     with session_conf(spark, snapshot_properties(metadata)):
         versions.writeTo(base.ref).append()
     spark.catalog.dropTempView(name)

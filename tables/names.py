@@ -18,7 +18,8 @@ Kinesis, a DMS folder `<db>/<schema>/<table>/` on S3; `<db>` is the topic prefix
 - a name that cannot be a lake table goes to the dead letters with its reason: no table name (`NoTableName`),
   no database name, or more than `MAX_LENGTH` characters once mapped (`UnmappableName`).
 
-Lake names may still start with a digit or be a reserved word; SQL text always quotes identifiers (`quote`).
+Lake names may still start with a digit or be a reserved word; SQL text always quotes identifiers (`quote`), the
+DataFrame API names columns through `column`, and values go into SQL text as literals (`sql_string`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 # Glue (and so Athena) takes names of up to 255 characters; the views add a suffix (`_current`, `_deleted`,
 # `_latest` by default), which must fit too.
@@ -114,6 +118,14 @@ def quote(*parts: str, mark: str = "`") -> str:
     """A (multi-part) identifier for SQL text: each part in `mark`s, an embedded mark doubled. Backticks for
     Spark SQL and Hive/Athena DDL; `mark='"'` for Athena (Trino) queries and views."""
     return ".".join(mark + part.replace(mark, mark * 2) + mark for part in parts)
+
+
+def column(name: str) -> Column:
+    """A DataFrame column by its name as written (`a.b` is one column, not field `b` of `a`; a backtick is
+    doubled): `quote`'s counterpart in the DataFrame API."""
+    from pyspark.sql import functions as F
+
+    return F.col(quote(name))
 
 
 def sql_string(value: str) -> str:

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from cdc.merge import UNCHANGED, fold_clauses, overlay_sql, resolved_sql
+from cdc.merge import UNCHANGED, Relations, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
 from tables.history import append_versions, history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
-from tables.names import quote, sql_string
+from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -94,13 +94,13 @@ def aligned(changes: DataFrame, fields: list[StructField]) -> DataFrame:
     if missing:
         known = F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>"))
         changes = changes.withColumn(UNCHANGED, F.array_union(known, F.array(*[F.lit(name) for name in missing])))
-    return changes.select(*[F.col(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
+    return changes.select(*[column(f.name) if f.name in changes.columns else F.lit(None).cast(f.dataType).alias(f.name)
                             for f in fields])
 
 
-def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> dict[str, str]:
-    """The identifiers `overlay_sql` and `resolved_sql` take, each table optionally pinned (`VERSION AS OF n`)."""
-    return {"table": base.ref, "pending": f"{pending.ref} {pinned}".strip()}
+def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> Relations:
+    """The relations `overlay_sql` and `resolved_sql` read, the pending table optionally pinned (`VERSION AS OF n`)."""
+    return Relations(base.ref, f"{pending.ref} {pinned}".strip())
 
 
 def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFrame:
@@ -112,8 +112,8 @@ def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFra
         return history_state(cfg, spark, base, pending.ref if pending is not None else None)
     if pending is None:
         return base.read()
-    body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
-    return spark.sql(body.format(**overlay_refs(base, pending)))
+    return spark.sql(overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode,
+                                 overlay_refs(base, pending)))
 
 
 def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_of: str) -> DataFrame:
@@ -132,11 +132,10 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
     pinned = f"TIMESTAMP AS OF {sql_string(moment)}"
     if not pending.has_commit_by(moment):  # the mirror took this layout later: its base alone was the state
         return base.read(moment).drop(UNCHANGED)
-    refs = {"table": f"{base.ref} {pinned}", "pending": f"{pending.ref} {pinned}"}
+    refs = Relations(f"{base.ref} {pinned}", f"{pending.ref} {pinned}")
     if cfg.mirror.scd_type_of(name) == 2:
         return overlaid_history(cfg, spark, base, refs)
-    body = overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode)
-    return spark.sql(body.format(**refs))
+    return spark.sql(overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode, refs))
 
 
 def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: DataFrame,
@@ -148,7 +147,7 @@ def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, change
     view = f"building_{base.name}"
     with_unchanged(changes).createOrReplaceTempView(view)
     keys, columns = overlay_keys(cfg, base.name), state_columns(base)
-    resolved = spark.sql(resolved_sql(columns, keys).format(table=base.ref, pending=quote(view)))
+    resolved = spark.sql(resolved_sql(columns, keys, Relations(base.ref, quote(view))))
     if cfg.mirror.delete_mode == "hard":
         resolved = resolved.where("NOT _is_deleted")
     with session_conf(spark, snapshot_properties(metadata)):
@@ -170,11 +169,11 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     keys, columns = overlay_keys(cfg, name), state_columns(base)
     pinned = overlay_refs(base, pending, f"VERSION AS OF {through}")
     if cfg.mirror.scd_type_of(name) == 2:
-        count = write_versions(cfg, spark, base, pinned["pending"], {WATERMARK: merged[1]} if merged else {})
+        count = write_versions(cfg, spark, base, pinned.pending, {WATERMARK: merged[1]} if merged else {})
         pending.remove_files_of(through)
         log.info("mirror.folded", table=base.ref, versions=count, pending_commit=through)
         return count
-    resolved = spark.sql(resolved_sql(columns, keys).format(**pinned)).localCheckpoint()
+    resolved = spark.sql(resolved_sql(columns, keys, pinned)).localCheckpoint()
     count = resolved.count()
     if count:
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import structlog
 
-from cdc.merge import TRUNCATE, overlay_sql
+from cdc.merge import TRUNCATE, Relations, overlay_sql
 from cdc.scd2 import VERSION_COLUMNS, history_sql, tracked
 from pipeline.config.settings import PipelineConfig
 from tables.lake import lake_table, table_names
-from tables.names import quote
+from tables.names import quote, sql_string
 from tables.history import mirror_history_columns
 from tables.pending import pending_columns
 
@@ -42,11 +42,11 @@ class ViewSpec:
     namespace: str
     name: str  # the view's name, e.g. moma_artists_current
     table: str  # the table it reads, in the same namespace
-    body: str  # Spark SQL with `{table}` where the table's identifier goes (and `{pending}`, its pending table's)
+    body: Callable[[Relations], str]  # its Spark SQL over the table's identifier (and its pending table's)
     pending_namespace: str | None = None  # where the table's pending table is (`tables/pending.py`), if it has one
 
     def select(self, table_ref: str, pending_ref: str | None = None) -> str:
-        return self.body.format(table=table_ref, pending=pending_ref)
+        return self.body(Relations(table_ref, pending_ref or ""))
 
     def spark_ddl(self, catalog: str | None) -> str:
         """`CREATE OR REPLACE VIEW` in `catalog` (None: the session catalog, e.g. for Delta path tables)."""
@@ -77,13 +77,17 @@ def mirror_views(cfg: PipelineConfig, table: str, overlay_columns: list[str] | N
     if history_columns is not None:
         return history_views(cfg, table, history_columns, overlay_columns is not None)
     namespace, current, deleted = cfg.mirror.namespace, cfg.mirror.view_suffix, cfg.mirror.deleted_view_suffix
-    state, pending = "{table}", None
-    if overlay_columns is not None:
-        overlay = overlay_sql(overlay_columns, cfg.mirror.key_columns(table), cfg.mirror.delete_mode)
-        state, pending = f"({overlay}) m", cfg.mirror.pending_namespace
+    keys, mode = cfg.mirror.key_columns(table), cfg.mirror.delete_mode
+
+    def state(on: Relations) -> str:
+        return on.table if overlay_columns is None else f"({overlay_sql(overlay_columns, keys, mode, on)}) m"
+
+    pending = None if overlay_columns is None else cfg.mirror.pending_namespace
     return [
-        ViewSpec(namespace, f"{table}{current}", table, f"SELECT * FROM {state} WHERE NOT _is_deleted", pending),
-        ViewSpec(namespace, f"{table}{deleted}", table, f"SELECT * FROM {state} WHERE _is_deleted", pending),
+        ViewSpec(namespace, f"{table}{current}", table, lambda on: f"SELECT * FROM {state(on)} WHERE NOT _is_deleted",
+                 pending),
+        ViewSpec(namespace, f"{table}{deleted}", table, lambda on: f"SELECT * FROM {state(on)} WHERE _is_deleted",
+                 pending),
     ]
 
 
@@ -93,18 +97,21 @@ def history_views(cfg: PipelineConfig, table: str, columns: list[str], pending: 
     changes (`cdc.scd2.history_sql`)."""
     settings = cfg.mirror
     listed = ", ".join(quote(c) for c in (*columns, *VERSION_COLUMNS))
-    state, pending_namespace = "{table}", None
-    if pending:
-        keys = settings.key_columns(table)
-        body = history_sql(columns, keys, tracked(columns, keys, *settings.history_columns(table)))
-        state, pending_namespace = f"({body}) m", settings.pending_namespace
+    keys = settings.key_columns(table)
+    changing = tracked(columns, keys, *settings.history_columns(table))
+
+    def state(on: Relations) -> str:
+        return f"({history_sql(columns, keys, changing, on)}) m" if pending else on.table
+
+    pending_namespace = settings.pending_namespace if pending else None
     return [
         ViewSpec(settings.namespace, f"{table}{settings.view_suffix}", table,
-                 f"SELECT {listed} FROM {state} WHERE _is_current AND NOT _is_deleted", pending_namespace),
-        ViewSpec(settings.namespace, f"{table}{settings.deleted_view_suffix}", table,
-                 f"SELECT {listed} FROM {state} WHERE _is_current AND _is_deleted", pending_namespace),
-        ViewSpec(settings.namespace, f"{table}{settings.history_view_suffix}", table, f"SELECT {listed} FROM {state}",
+                 lambda on: f"SELECT {listed} FROM {state(on)} WHERE _is_current AND NOT _is_deleted",
                  pending_namespace),
+        ViewSpec(settings.namespace, f"{table}{settings.deleted_view_suffix}", table,
+                 lambda on: f"SELECT {listed} FROM {state(on)} WHERE _is_current AND _is_deleted", pending_namespace),
+        ViewSpec(settings.namespace, f"{table}{settings.history_view_suffix}", table,
+                 lambda on: f"SELECT {listed} FROM {state(on)}", pending_namespace),
     ]
 
 
@@ -115,15 +122,18 @@ def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns
     partition = ", ".join(quote(k) for k in keys)
     older = ("t._seq IS NOT NULL AND (c._seq.source_major < t._seq.source_major OR (c._seq.source_major = "
              "t._seq.source_major AND c._seq.source_minor < t._seq.source_minor))")
-    by_truncate = {"_op": f"'{TRUNCATE}'", "_is_deleted": "true", "_seq": "t._seq", "_source_ts": "t._source_ts"}
+    by_truncate = {"_op": sql_string(TRUNCATE), "_is_deleted": "true", "_seq": "t._seq", "_source_ts": "t._source_ts"}
     listed = ", ".join(f"CASE WHEN {older} THEN {by_truncate[c]} ELSE c.{quote(c)} END AS {quote(c)}"
                        if c in by_truncate else f"c.{quote(c)}" for c in columns)
-    changes = (f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) AS {LATEST_RANK} "
-               f"FROM {{table}} WHERE _op <> '{TRUNCATE}'")
-    truncate = (f"SELECT _seq, _source_ts, row_number() OVER (ORDER BY _seq DESC) AS {LATEST_RANK} "
-                f"FROM {{table}} WHERE _op = '{TRUNCATE}'")
-    body = (f"SELECT {listed} FROM ({changes}) c LEFT JOIN ({truncate}) t ON t.{LATEST_RANK} = 1 "
-            f"WHERE c.{LATEST_RANK} = 1")
+
+    def body(on: Relations) -> str:
+        changes = (f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) AS {LATEST_RANK} "
+                   f"FROM {on.table} WHERE _op <> {sql_string(TRUNCATE)}")
+        truncate = (f"SELECT _seq, _source_ts, row_number() OVER (ORDER BY _seq DESC) AS {LATEST_RANK} "
+                    f"FROM {on.table} WHERE _op = {sql_string(TRUNCATE)}")
+        return (f"SELECT {listed} FROM ({changes}) c LEFT JOIN ({truncate}) t ON t.{LATEST_RANK} = 1 "
+                f"WHERE c.{LATEST_RANK} = 1")
+
     return ViewSpec(cfg.changelog.namespace, f"{table}{cfg.mirror.latest_view_suffix}", table, body)
 
 

@@ -21,6 +21,7 @@ from cdc.validate import ChangeError, check_changes, check_columns, check_key_ty
 from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
 from tables.history import with_versions, write_versions
 from tables.lake import LakeTable, lake_table, merge_join_conf, session_conf
+from tables.names import column
 from tables.pending import (aligned, append_pending, build_base, create_pending, fold, mirror_state, pending_table,
                             with_unchanged)
 
@@ -131,9 +132,9 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
     kind = source.schema[sequence_by].dataType
     times = (TimestampType, TimestampNTZType, DateType)
     if isinstance(kind, StructType) and sequence_by == CANONICAL_SEQUENCE:
-        seq = F.col(sequence_by)
+        seq = column(sequence_by)
     elif isinstance(kind, (NumericType, *times)):
-        major = F.unix_micros(F.col(sequence_by).cast("timestamp")) if isinstance(kind, times) else F.col(sequence_by)
+        major = F.unix_micros(column(sequence_by).cast("timestamp")) if isinstance(kind, times) else column(sequence_by)
         seq = F.struct(major.cast("long").alias("source_major"), F.lit(0).cast("long").alias("source_minor"),
                        F.lit(0).alias("transport_partition"), F.lit(0).cast("long").alias("transport_offset"))
     else:
@@ -144,22 +145,22 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
     deleted = (F.coalesce(F.expr(apply_as_deletes), F.lit(False)) if apply_as_deletes
                else F.col("_is_deleted") if "_is_deleted" in source.columns else F.lit(False))
     if source_time:
-        time = F.col(source_time).cast("timestamp")
+        time = column(source_time).cast("timestamp")
     elif "_source_ts" in source.columns:
         time = F.col("_source_ts")
     else:
-        time = F.col(sequence_by).cast("timestamp") if isinstance(kind, times) else F.lit(None).cast("timestamp")
+        time = column(sequence_by).cast("timestamp") if isinstance(kind, times) else F.lit(None).cast("timestamp")
     ignored = kept if ignore_null_updates else [c for c in kept if c in (ignore_columns or [])]
     unchanged = F.col(UNCHANGED) if UNCHANGED in source.columns else F.array().cast("array<string>")
     if ignored:
-        nulls = F.array_compact(F.array(*[F.when(F.col(c).isNull(), F.lit(c)) for c in ignored]))
+        nulls = F.array_compact(F.array(*[F.when(column(c).isNull(), F.lit(c)) for c in ignored]))
         unchanged = F.when(deleted, unchanged).otherwise(F.array_union(F.coalesce(unchanged, F.array().cast(
             "array<string>")), nulls))
     canonical = {"_op": F.col("_op") if "_op" in source.columns else F.when(deleted, "d").otherwise("u"),
                  "_is_deleted": deleted, "_source_ts": time, "_seq": seq, UNCHANGED: unchanged}
     wanted = {*keys, *kept, sequence_by} - {CANONICAL_SEQUENCE}
     # The source's column order, the canonical columns where the source has them, else at the end.
-    own = [canonical[c].alias(c) if c in canonical else F.col(c) for c in source.columns
+    own = [canonical[c].alias(c) if c in canonical else column(c) for c in source.columns
            if c in wanted or c.startswith("_")]
     return source.select(*own, *[canonical[c].alias(c) for c in canonical if c not in source.columns])
 

@@ -62,3 +62,27 @@ def test_a_delta_path_whose_last_folder_has_a_dot_is_written_there(spark, tmp_pa
     apply_changes(spark, target=str(target), source=changes, keys=["order_id"], sequence_by="_seq")
     assert DeltaTable.isDeltaTable(spark, str(target)) and not (tmp_path / "mirror" / "v2").exists()
     assert [(r.order_id, r.status) for r in spark.read.format("delta").load(str(target)).collect()] == [(1, "new")]
+
+
+ODD = "id INT, `a.b` STRING, `a{b}` STRING, `{pending}` STRING, _seq BIGINT, changed_at TIMESTAMP"
+
+
+@pytest.mark.parametrize(("scd_type", "layout"), [(1, "merge"), (1, "pending"), (2, "merge"), (2, "pending")])
+def test_columns_named_with_dots_and_braces_mirror_like_any_other(spark, scd_type: int, layout: str) -> None:
+    """`a.b` is one column, not a field of `a`; `a{b}` and `{pending}` are columns, not slots of a template.
+    Built, then changed (appended to the pending table in that layout), then folded into the base."""
+    from datetime import datetime
+
+    target = f"lake.api_{uuid.uuid4().hex[:6]}.odd"
+    at = [datetime(2026, 11, 20, 10, minute) for minute in range(3)]
+    batches = ([(1, "x1", "y1", "z1", 1, at[0]), (2, "x2", "y2", "z2", 2, at[1])], [(1, "x1b", "y1b", "z1b", 3, at[2])],
+               [])
+    for rows, how in zip(batches, (layout, layout, "merge")):  # the last call folds what is pending
+        apply_changes(spark, target=target, source=spark.createDataFrame(rows, ODD), keys=["id"], sequence_by="_seq",
+                      source_time="changed_at", stored_as_scd_type=scd_type, layout=how)
+    table = spark.table(target)
+    current = table.where("_is_current") if scd_type == 2 else table
+    assert sorted(tuple(r) for r in current.select("id", "`a.b`", "`a{b}`", "`{pending}`").collect()) == [
+        (1, "x1b", "y1b", "z1b"), (2, "x2", "y2", "z2")]
+    if scd_type == 2:
+        assert [r["a.b"] for r in table.where("id = 1").orderBy("_seq_from").collect()] == ["x1", "x1b"]

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 import sqlglot
 from sqlglot import exp
 
@@ -40,7 +41,7 @@ def test_an_scd2_mirror_has_history_views_in_spark_and_athena(tmp_path: Path) ->
         views = table_views(cfg, "shop_orders", ["order_id"], columns, pending, columns)
         assert [v.name for v in views] == ["shop_orders_current", "shop_orders_deleted", "shop_orders_history",
                                            "shop_orders_latest"]
-        assert views[0].body.endswith("WHERE _is_current AND NOT _is_deleted")
+        assert views[0].select("`t`", "`p`").endswith("WHERE _is_current AND NOT _is_deleted")
         assert ("_pending" in views[2].spark_ddl("lake")) == (pending is not None)
         for view in views:
             athena = sqlglot.parse_one(view.athena_ddl(), read="athena")
@@ -100,3 +101,18 @@ def test_pending_layout_views_overlay_the_pending_table_in_spark_and_athena(tmp_
     assert isinstance(parsed, exp.Create) and parsed.kind == "VIEW"
     assert 'FROM "mirror_pending"."moma_artists"' in athena and "MAX_BY(" in athena and "ROW(" in athena
     assert "CONTAINS(" in athena  # Spark's array_contains in Trino's spelling
+
+
+@pytest.mark.parametrize("scd_type", [1, 2])
+def test_column_names_with_braces_and_dots_stay_columns(tmp_path: Path, scd_type: int) -> None:
+    """A DMS column `a{b}`, `{pending}` or `a.b` is an identifier like any other: never a template's slot."""
+    cfg = _cfg(tmp_path, "mirror.keys.odd=id", f"mirror.scd_type.odd={scd_type}")
+    odd = ["a{b}", "{pending}", "{table}", "a.b", "}{"]
+    columns = ["id", *odd, "_op", "_is_deleted", "_source_ts", "_seq"]
+    views = table_views(cfg, "odd", ["id"], columns, columns, columns if scd_type == 2 else None)
+    for view in views:
+        ddl = view.spark_ddl("lake")
+        sqlglot.parse_one(ddl, read="spark")
+        assert all(f"`{name}`" in ddl for name in odd)
+        tables = {(t.db, t.name) for t in sqlglot.parse_one(ddl, read="spark").find_all(exp.Table)}
+        assert tables - {(view.namespace, view.name)} <= {(view.namespace, "odd"), ("mirror_pending", "odd")}
