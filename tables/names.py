@@ -116,6 +116,11 @@ def quote(*parts: str, mark: str = "`") -> str:
     return ".".join(mark + part.replace(mark, mark * 2) + mark for part in parts)
 
 
+def property_list(properties: Mapping[str, str]) -> str:
+    """Table properties for `SET TBLPROPERTIES (...)`: each key and value a string literal."""
+    return ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in properties.items())
+
+
 def sql_string(value: str) -> str:
     """A Spark SQL string literal holding `value` exactly."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
