@@ -143,3 +143,21 @@ def test_a_table_def_that_came_before_its_table_is_kept_until_the_table_is_made(
     properties = lake_table(landed.cfg, spark, "changelog", f"{landed.db}_customers").properties()
     assert json.loads(properties[KEYS_PROPERTY]) == ["cust_id"]
     assert json.loads(properties[DMS_TABLE_DEF_PROPERTY]) == CUSTOMERS_DEF
+
+
+def test_the_mirror_takes_dms_keys_and_names_the_keyless_table_while_the_others_mirror(landed: Landed,
+                                                                                      spark) -> None:
+    """No `mirror.keys` setting: sbtest_x and customers are keyed by their table-def's primary key; orders came
+    without a control record, so it has no key, and the run says so in one message after mirroring the rest."""
+    from pipeline.stages.mirror import MirrorStage, MissingKeys
+
+    assert not landed.cfg.mirror.keys
+    names = [f"{landed.db}_{table}" for table in ("customers", "orders", "sbtest_x")]
+    with pytest.raises(MissingKeys) as raised:
+        MirrorStage(landed.cfg, spark).run_once(names)
+    assert raised.value.tables == [f"{landed.db}_orders"]
+    assert f"mirror.keys.{landed.db}_orders" in str(raised.value)
+    assert sorted(report.table for report in raised.value.reports) == [names[0], names[2]]
+    mirrored = lake_table(landed.cfg, spark, "mirror", f"{landed.db}_sbtest_x").read()
+    assert sorted(row["id"] for row in mirrored.collect()) == [1, 100000161]
+    assert not lake_table(landed.cfg, spark, "mirror", f"{landed.db}_orders").exists()
