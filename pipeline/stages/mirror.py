@@ -58,9 +58,10 @@ class MissingKeys(MirrorError):
 
     def __init__(self, tables: list[str], reports: list[TableReport] | None = None) -> None:
         settings = " ".join(f"--set mirror.keys.{name}=<column>[,<column>…]" for name in tables)
+        mirrored = f"; the other {len(reports)} table(s) were mirrored" if reports else ""
         super().__init__(f"{len(tables)} table(s) have no key: {', '.join(tables)}. Their source names none (a "
                          "table without a primary key, DMS files on S3, or DMS without IncludeControlDetails): "
-                         f"set mirror.keys.<table> for each ({settings}); the other tables were mirrored")
+                         f"set mirror.keys.<table> for each ({settings}){mirrored}")
         self.tables = tables
         self.reports = reports or []
 

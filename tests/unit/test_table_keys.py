@@ -8,7 +8,7 @@ import json
 import pytest
 
 from cdc.dms_tables import TableDef
-from pipeline.stages.mirror import MissingKeys, table_keys
+from pipeline.stages.mirror import MissingKeys, TableReport, table_keys
 from registry.backend import RegistryError
 from registry.resolver import SchemaResolver
 from registry.subjects import SubjectStrategy
@@ -88,10 +88,11 @@ def test_a_topic_without_a_key_schema_has_no_key_and_an_outage_is_not_hidden() -
 
 
 def test_every_keyless_table_is_named_in_one_message_with_its_setting() -> None:
-    message = str(MissingKeys(["shop_log", "shop_audit"]))
+    message = str(MissingKeys(["shop_log", "shop_audit"], [TableReport("shop_orders", 3, 2, 0, 7, 0.1)]))
     assert "2 table(s) have no key: shop_log, shop_audit" in message
     assert "--set mirror.keys.shop_log=" in message and "--set mirror.keys.shop_audit=" in message
-    assert "the other tables were mirrored" in message
+    assert "the other 1 table(s) were mirrored" in message
+    assert "mirrored" not in str(MissingKeys(["shop_log"]))  # `history`, `state`: one table, nothing mirrored
 
 
 class _Table:
