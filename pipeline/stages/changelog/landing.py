@@ -8,7 +8,10 @@ reader schema), or DMS JSON through a variant (`cdc/decode.py`), and normalised 
 (`cdc/normalize.py`); Debezium envelopes of plain row types are decoded straight into that record by the
 pipeline's own Spark function instead (`cdc/native.py`). Changes are routed by topic `<db>.<schema>.<table>` to
 `<catalog>.changelog.<db>_<table>` (Iceberg) or `<lake.delta_root>/changelog/<db>_<table>` (Delta), as
-`names.*` names it, unless that table holds another source table (`tables/owners.py`). Records
+`names.*` names it, unless that table holds another source table (`tables/owners.py`); DMS JSON by the table its
+metadata names, whatever the topic, and DMS control records are counted, their table-def kept with the table
+(`cdc/dms_tables.py`). A new table keeps its key (`tables/keys.py`): a Debezium record key's fields, a DMS
+table-def's primary key. Records
 that cannot be decoded, or must not land, go with their raw bytes and the reason to the `dead_letters` table
 beside them; they never block a partition.
 
