@@ -142,7 +142,7 @@ class Landing:
         """Land Kafka-shaped rows of any topics, planned by reading them (`_planned`); dead letters are appended
         once (unless `store_dead_letters` is off: a replay of stored dead letters only counts what still fails).
         `registry_frames` off: the values are DMS JSON only, so no registry is asked."""
-        raw = self._classified(batch, registry_frames).persist()
+        raw = self._routed(self._classified(batch, registry_frames)).persist()
         try:
             self.append_dead_letters(self._planned(raw, report), report, store_dead_letters)
         finally:
@@ -211,8 +211,9 @@ class Landing:
                .withColumn(FITS, (F.col("kind") == Kind.JSON.value) & (F.col(KNOWN) | fitting)))
         try:
             if not row_types:
-                plans = self._plan(raw)
-                self.append_dead_letters(self._planned(raw, report, plans), report)
+                planned = self._routed(raw)
+                plans = self._plan(planned)
+                self.append_dead_letters(self._planned(planned, report, plans), report)
                 return Learned({}, plans)
             topics = list(row_types)
             found = F.col(FITS) & ~F.col(KNOWN)
@@ -237,7 +238,7 @@ class Landing:
                 report.records[topic] = report.records.get(topic, 0) + n
             plans: dict[str, TopicPlan] = {}
             if observed["rest"]:
-                rest, rows = report.rest(), raw.where(~F.col(FITS))
+                rest, rows = report.rest(), self._routed(raw.where(~F.col(FITS)))
                 if not cache_batch:
                     rows = rows.persist()
                     cached.append(rows)
@@ -260,10 +261,19 @@ class Landing:
         transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED, decode.PARSED) if name in batch.columns]
         raw = batch.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            schema_id.alias("schema_id"), compressed.alias("compressed")).withColumn("kind", kind)
-        if decode.PARSED not in batch.columns:
-            raw = raw.withColumn(decode.PARSED, F.when(F.col("kind") == Kind.JSON.value,
-                                                       decode.parsed_json(F.col("value"))))
-        # DMS JSON goes to the table its metadata names, whatever the topic; its control records are told apart
+        if decode.PARSED in batch.columns:
+            return raw
+        return raw.withColumn(decode.PARSED, F.when(F.col("kind") == Kind.JSON.value,
+                                                    decode.parsed_json(F.col("value"))))
+
+    @staticmethod
+    def _routed(raw: DataFrame) -> DataFrame:
+        """`_classified` rows to be planned, DMS JSON going to the table its metadata names whatever the topic, and
+        its control records told apart (`cdc/dms_tables.py`). Only rows that are planned: in the projection that
+        classifies every record, the four metadata lookups doubled its generated code (12 to 22 kB of bytecode,
+        past what HotSpot compiles), and registry-framed rows, which land in one pass, need none of it."""
+        from pyspark.sql import functions as F
+
         parsed = F.col(decode.PARSED)
         return (raw.withColumn("topic", dms_tables.routed_topic(F.col("topic"), parsed))
                 .withColumn("kind", F.when(dms_tables.is_control(parsed), F.lit(Kind.CONTROL.value))
@@ -286,7 +296,7 @@ class Landing:
         if not writers or not all(_lands(reader) for reader in by_reader):
             # no subject the registry can list, or heartbeats: plan by reading
             report.planned.append(topic)
-            cached = raw.persist()
+            cached = self._routed(raw).persist()
             try:
                 return self._planned(cached, report)
             finally:
@@ -307,7 +317,7 @@ class Landing:
         if observed["rest"]:
             report.planned.append(topic)
             rest = report.rest()
-            cached = raw.where(~handled & ~tombstone).persist()
+            cached = self._routed(raw.where(~handled & ~tombstone)).persist()
             try:
                 dead += self._planned(cached, rest)
             finally:
