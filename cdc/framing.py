@@ -42,6 +42,7 @@ class Kind(StrEnum):
     JSON = "json"
     FRAMED = "framed"
     UNFRAMED = "unframed"
+    CONTROL = "control"  # a DMS JSON control record (`cdc/dms_tables.py`), told apart once the JSON is parsed
 
 
 @dataclass(frozen=True)

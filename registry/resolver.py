@@ -11,6 +11,7 @@ version may be registered at any time.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -131,6 +132,20 @@ class SchemaResolver:
     def reader(self, topic: str, writer: str) -> str:
         """The latest version of the value subject `writer` belongs to (by the configured naming strategy)."""
         return self._latest(topic, subject_name(self.strategy, topic, avro_schema(writer).full_name))
+
+    def key_columns(self, topic: str) -> list[str]:
+        """The fields of `topic`'s record key, from the latest version of its key subject (Debezium's key is the
+        table's primary key, a record named `<topic>.Key`); none when the registry has no key schema for the
+        topic (a table without a primary key, or keys that are not registry-backed)."""
+        try:
+            schema = json.loads(self.latest_text(subject_name(self.strategy, topic, f"{topic}.Key", is_key=True)))
+        except RegistryError as exc:
+            if not_found(exc):
+                return []
+            raise
+        if not isinstance(schema, dict) or schema.get("type") != "record":
+            return []
+        return [str(field["name"]) for field in schema.get("fields", [])]
 
     def _latest(self, topic: str, subject: str) -> str:
         try:

@@ -5,16 +5,16 @@ remembers which batches it holds, so the replay is skipped table by table.
 - Iceberg: each commit carries the snapshot property `pipeline.commit = <writer id>:<batch id>`.
 - Delta: Delta's own idempotent writes, `txnAppId = <writer id>`, `txnVersion = <batch id>`.
 Tables are created on first sight (partitioned by the day of `_source_ts` when asked), recording the source
-table they hold (`pipeline.source`, `tables/owners.py`), and take new columns.
+table they hold (`pipeline.source`, `tables/owners.py`) and its key (`tables/keys.py`), and take new columns.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
-from tables.names import quote, sql_string
+from tables.names import property_list, quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -24,6 +24,9 @@ COMMIT_PROPERTY = "pipeline.commit"
 BATCH_STARTED = "pipeline.batch-started"  # epoch ms: with the commit time, how long the batch took
 ANCESTRY_LOOKUP = 32  # snapshots walked back for a writer's own commit before looking in all of them
 SOURCE_PROPERTY = "pipeline.source"  # table property: the source table `<db>.<schema>.<table>` the table holds
+
+
+Created = Callable[[], Mapping[str, str]]  # the table properties a new table records (`SOURCE_PROPERTY`, its key)
 
 
 @dataclass(frozen=True)
@@ -36,9 +39,10 @@ class Appended:
 class Appender(Protocol):
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
-               source: str | None = None) -> Appended:
+               created: Created | None = None) -> Appended:
         """`properties` go into the commit (Iceberg snapshot summary; Delta `userMetadata`, as JSON); a table
-        created by the append records `source` (`SOURCE_PROPERTY`)."""
+        created by the append records `created()`'s table properties (asked only then: learning them may cost
+        a registry call)."""
 
     def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
         """Whether table `name` holds batch `batch_id` of `writer_id` (an append of it would be skipped)."""
@@ -51,7 +55,7 @@ class IcebergAppender:
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
-               source: str | None = None) -> Appended:
+               created: Created | None = None) -> Appended:
         """The rows are written as they come, without a shuffle: fanout writers take any mix of partitions
         (a batch spans few source days), and the row count is observed on the write, not queried after it.
         A new table is created by the write itself (create-as-select, one commit): creating it empty first
@@ -75,8 +79,8 @@ class IcebergAppender:
         else:
             create = (writer.using("iceberg").tableProperty("write.spark.accept-any-schema", "true")
                       .tableProperty("format-version", "2"))
-            if source is not None:
-                create = create.tableProperty(SOURCE_PROPERTY, source)
+            for key, value in (created() if created is not None else {}).items():
+                create = create.tableProperty(key, value)
             if partition_by_source_time:
                 create = create.partitionedBy(partitioning.days("_source_ts"))
             try:
@@ -85,7 +89,7 @@ class IcebergAppender:
                 if not self.spark.catalog.tableExists(table):
                     raise
                 # another writer created the table meanwhile: append to it (or skip, if it holds this batch)
-                return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties, source)
+                return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties, created)
         return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
 
     def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
@@ -144,11 +148,12 @@ class DeltaAppender:
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
-               source: str | None = None) -> Appended:
+               created: Created | None = None) -> Appended:
         """Path tables (the session's default catalog is the Iceberg one); Delta partitions by a column,
         so a `_source_date` column carries the day of `_source_ts`. Delta takes only `delta.*` table
-        properties with a write, so the source is set right after the write that creates the table (a crash
-        in between leaves a table with none, which its source adopts again: `tables/owners.py`)."""
+        properties with a write, so the new table's properties (`created`) are set right after the write that
+        creates it (a crash in between leaves a table with none: its source adopts it again, `tables/owners.py`,
+        and the stage learns its key again)."""
         from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
@@ -165,9 +170,9 @@ class DeltaAppender:
             writer = writer.partitionBy("_source_date")
         writer.save(path)
         last = DeltaTable.forPath(self.spark, path).history(1).first()
-        if source is not None and not exists:
-            self.spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES "
-                           f"({sql_string(SOURCE_PROPERTY)} = {sql_string(source)})")
+        new_properties = created() if created is not None and not exists else {}
+        if new_properties:
+            self.spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({property_list(new_properties)})")
         if last["version"] == before:  # type: ignore[index]
             return Appended(path, 0, skipped=True)  # Delta already held (writer id, batch id)
         return Appended(path, int(last["operationMetrics"].get("numOutputRows", 0)), skipped=False)  # type: ignore[index]

@@ -23,7 +23,7 @@ import structlog
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config.settings import PipelineConfig
 from tables.append import COMMIT_PROPERTY, iceberg_table
-from tables.names import quote, sql_string
+from tables.names import property_list, quote, sql_string
 from tables.partitioning import PartitionField
 
 if TYPE_CHECKING:
@@ -193,7 +193,7 @@ class IcebergLakeTable:
         return {str(k): str(v) for k, v in self._metadata().properties().items()}
 
     def set_properties(self, properties: dict[str, str]) -> None:
-        self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({_property_list(properties)})")
+        self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({property_list(properties)})")
 
     def add_columns(self, fields: list[StructField]) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)
@@ -263,10 +263,6 @@ class IcebergLakeTable:
         """The table's metadata through Iceberg's Java API, refreshed (a query of `<table>.snapshots` plans and
         runs a Spark job, about a second a question)."""
         return iceberg_table(self.spark, self.ref)
-
-
-def _property_list(properties: dict[str, str]) -> str:
-    return ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in properties.items())
 
 
 def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:
@@ -351,7 +347,7 @@ class DeltaLakeTable:
         return {row["key"]: row["value"] for row in rows}
 
     def set_properties(self, properties: dict[str, str]) -> None:
-        self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} SET TBLPROPERTIES ({_property_list(properties)})")
+        self.spark.sql(f"ALTER TABLE delta.{quote(self.ref)} SET TBLPROPERTIES ({property_list(properties)})")
 
     def add_columns(self, fields: list[StructField]) -> None:
         columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in fields)

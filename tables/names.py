@@ -128,6 +128,11 @@ def column(name: str) -> Column:
     return F.col(quote(name))
 
 
+def property_list(properties: Mapping[str, str]) -> str:
+    """Table properties for `SET TBLPROPERTIES (...)`: each key and value a string literal."""
+    return ", ".join(f"{sql_string(key)} = {sql_string(value)}" for key, value in properties.items())
+
+
 def sql_string(value: str) -> str:
     """A Spark SQL string literal holding `value` exactly."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

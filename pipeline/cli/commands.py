@@ -170,7 +170,7 @@ def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     import threading
 
     from pipeline.config.redaction import redact_text
-    from pipeline.stages.mirror import MirrorConflict, MirrorStage
+    from pipeline.stages.mirror import MirrorConflict, MirrorStage, MissingKeys
     from pipeline.runtime.spark import get_spark
 
     stage = MirrorStage(cfg, get_spark(cfg))
@@ -187,6 +187,11 @@ def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     except MirrorConflict as exc:
         print(redact_text(f"error: {exc}"), file=sys.stderr)
         return EXIT_RETRY_LATER
+    except MissingKeys as exc:  # the other tables were mirrored
+        for report in exc.reports:
+            print(report.line())
+        print(redact_text(f"error: {exc}"), file=sys.stderr)
+        return EXIT_FAILED
 
 
 def cmd_query(cfg: PipelineConfig, args: argparse.Namespace) -> int:
@@ -246,11 +251,14 @@ def cmd_maintain(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 def cmd_views(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.runtime.spark import get_spark
+    from pipeline.stages.mirror import with_table_keys
     from tables.catalog import keeps_views
+    from tables.lake import table_names
     from tables.views import lake_views, replace_views
 
     spark = get_spark(cfg)
     catalog = cfg.catalog.name if cfg.lake.format == "iceberg" else None  # Delta: the session catalog
+    cfg, _ = with_table_keys(cfg, spark, table_names(cfg, spark, cfg.changelog.namespace))
     views = lake_views(cfg, spark)
     for view in views:
         print(f"{view.spark_ddl(catalog)};")

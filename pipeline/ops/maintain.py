@@ -14,7 +14,7 @@ import structlog
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
-from pipeline.stages.mirror import WATERMARK
+from pipeline.stages.mirror import WATERMARK, with_table_keys
 from tables.lake import lake_table, table_names
 from tables.maintenance import MaintenanceReport, maintain
 from tables.pending import fold, pending_table
@@ -30,6 +30,7 @@ def maintain_lake(cfg: PipelineConfig, spark: SparkSession, tables: Sequence[str
     `maintenance.concurrent_tables` tables at once, each in a thread and session of its own."""
     sessions = SessionPool(spark)
     names = list(tables or table_names(cfg, spark, cfg.changelog.namespace))
+    cfg, _ = with_table_keys(cfg, spark, names)  # the fold resolves by key
     per_table = sessions.map(lambda name: _maintain_table(cfg, sessions.current, name), names,
                              cfg.maintenance.concurrent_tables, "maintain")
     reports = [report for found in per_table for report in found]

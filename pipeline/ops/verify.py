@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pipeline.config.settings import PipelineConfig
-from pipeline.stages.mirror import MirrorError, table_keys
+from pipeline.stages.mirror import MirrorError, table_keys, with_table_keys
 from simulators.semantic import lake_value
 from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
@@ -150,6 +150,7 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
     names = tables or [t for t in table_names(cfg, spark, namespace) if t != cfg.changelog.dead_letter_table]
     if not names:
         raise MirrorError(f"nothing to verify: namespace {namespace!r} has no tables; run the stages first")
+    cfg, _ = with_table_keys(cfg, spark, names)
     verdicts = []
     for name in names:
         truth_table = truth_table_for(truth, name, cfg.names.rule())

@@ -26,6 +26,7 @@ from pipeline.runtime.sessions import SessionPool
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
+from tables.keys import table_key
 from tables.lake import LakeTable, create_namespace, lake_table, table_names
 from tables.pending import WATERMARK, pending_columns, pending_table
 from tables.views import replace_views, table_views
@@ -49,6 +50,20 @@ class MirrorError(RuntimeError):
 
 class MirrorConflict(MirrorError):
     """Concurrent runs kept winning the commit for a table; nothing was corrupted, run again later."""
+
+
+class MissingKeys(MirrorError):
+    """Tables with no key from any source, all named in one message with the setting to add; `reports` are
+    the other tables, which were mirrored."""
+
+    def __init__(self, tables: list[str], reports: list[TableReport] | None = None) -> None:
+        settings = " ".join(f"--set mirror.keys.{name}=<column>[,<column>…]" for name in tables)
+        mirrored = f"; the other {len(reports)} table(s) were mirrored" if reports else ""
+        super().__init__(f"{len(tables)} table(s) have no key: {', '.join(tables)}. Their source names none (a "
+                         "table without a primary key, DMS files on S3, or DMS without IncludeControlDetails): "
+                         f"set mirror.keys.<table> for each ({settings}){mirrored}")
+        self.tables = tables
+        self.reports = reports or []
 
 
 @dataclass(frozen=True)
@@ -100,7 +115,10 @@ class MirrorStage:
         small table's merge, and would otherwise leave the executors idle. Every table is tried; a failure is
         raised (the first, in table order) once the others are done."""
         names = self.tables(requested)
-        limit = self.common_position(names) if self.settings.consistent else None
+        self.cfg, keyless = with_table_keys(self.cfg, self.spark, names)
+        self.settings = self.cfg.mirror
+        names = [name for name in names if name not in keyless]
+        limit = self.common_position(names) if self.settings.consistent and names else None
         glue = DeltaGlue.enabled(self.cfg, self.spark)
 
         def merge(name: str) -> TableReport:
@@ -110,7 +128,10 @@ class MirrorStage:
                 glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
             return report
 
-        return self._sessions.map(merge, names, self.settings.concurrent_tables, "mirror")
+        reports = self._sessions.map(merge, names, self.settings.concurrent_tables, "mirror")
+        if keyless:
+            raise MissingKeys(keyless, reports)
+        return reports
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),
                   stopping: threading.Event | None = None) -> None:
@@ -189,12 +210,29 @@ class MirrorStage:
         replace_views(self.spark, self.cfg.catalog.name, views)
 
 
+def with_table_keys(cfg: PipelineConfig, spark: SparkSession, names: list[str]) -> tuple[PipelineConfig, list[str]]:
+    """The configuration with `mirror.keys` holding the key of each of the changelog tables `names` that the
+    table keeps (`tables/keys.py`: Debezium's record key, a DMS table-def's primary key) where no setting names
+    one, so everything downstream (merge, views, fold) sees one key per table; and the tables with no key."""
+    keys, keyless = dict(cfg.mirror.keys), []
+    for name in names:
+        if name in keys:
+            continue
+        table = lake_table(cfg, spark, cfg.changelog.namespace, name)
+        found = table_key([], table.properties()) if table.exists() else []
+        if found:
+            keys[name] = ",".join(found)
+        else:
+            keyless.append(name)
+    return cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"keys": keys})}), keyless
+
+
 def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
-    """The key columns of `name` (`mirror.keys.<name>`), checked against the table's columns."""
-    keys = cfg.mirror.key_columns(name)
+    """The key columns of `name`: `mirror.keys.<name>`, else the key the changelog table `table` keeps;
+    checked against the table's columns."""
+    keys = table_key(cfg.mirror.key_columns(name), table.properties() if table.exists() else {})
     if not keys:
-        raise MirrorError(f"table {name} has no key columns: set mirror.keys.{name} = '<column>[,<column>…]' "
-                          f"(e.g. --set mirror.keys.{name}=id)")
+        raise MissingKeys([name])
     columns = {f.name for f in table.fields()}
     unknown = [k for k in keys if k not in columns]
     if unknown:

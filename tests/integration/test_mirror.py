@@ -247,10 +247,10 @@ def test_consistent_mode_merges_every_table_up_to_one_source_position(landed, sp
 
 def test_tables_merge_at_once_and_one_that_fails_stops_none_of_the_others(landed, spark) -> None:
     cfg, source, truth = landed
-    unkeyed = source.tables()[1]
-    keys = {table: key for table, key in cfg.mirror.keys.items() if table != unkeyed}
+    unkeyed = source.tables()[1]  # keyed by a column it does not have (a Debezium table's own key is learned)
+    keys = {**cfg.mirror.keys, unkeyed: "no_such_column"}
     cfg = _own_mirrors(cfg, "c", keys=keys, concurrent_tables=4)
-    with pytest.raises(MirrorError, match=f"table {unkeyed} has no key columns: set mirror.keys.{unkeyed}"):
+    with pytest.raises(MirrorError, match=f"mirror.keys.{unkeyed} names no_such_column, which"):
         MirrorStage(cfg, spark).run_once()
     merged = [table for table in source.tables() if table != unkeyed]
     assert all(watermark(lake_table(cfg, spark, cfg.mirror.namespace, table)) is not None for table in merged)

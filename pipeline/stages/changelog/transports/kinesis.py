@@ -2,9 +2,9 @@
 
 DMS writes one stream per task (a source database), every table into it, keyed by primary key. A batch is put
 in the shape the stage reads Kafka records in (`kafka_shaped`) and landed the planned way, with no registry:
-a record's table is read from its DMS metadata (`schema-name`, `table-name`), else from a
-`<schema>.<table>.<key>` partition key (what the simulator writes, so undecodable records still reach their
-table's dead letters); the Kafka-like topic is `<stream>.<schema>.<table>`. The shard's number is the
+the Kafka-like topic is `<stream>.<schema>.<table>`, the table named by a record's DMS metadata (`schema-name`,
+`table-name`, as DMS JSON is routed on any transport: `cdc/dms_tables.py`), else by a `<schema>.<table>.<key>`
+partition key (what the simulator writes, so undecodable records still reach their table's dead letters). The shard's number is the
 partition; the offset is `batch id << 32 | position in the shard's batch`, ascending with the shard's sequence
 numbers and the same when a batch is replayed: the source reads each shard into an input partition of its own,
 in sequence order, and a replay reads the same records, so the position is the row's place in its partition
@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from cdc import decode
+from cdc import decode, dms_tables
 from pipeline.stages.changelog.errors import StageError
 from pipeline.stages.changelog.transports import NO_DATA_PROGRESS_INTERVAL, Outage, found_nothing_new
 from pipeline.config.settings import AwsSettings, PipelineConfig
@@ -113,8 +113,6 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     parsed = decode.parsed_json(F.col("data"))
     key_parts = F.split(F.col("partitionKey"), r"\.", 3)
     from_key = F.when(F.size(key_parts) == 3, F.concat(key_parts[0], F.lit("."), key_parts[1]))
-    schema, name = (F.try_variant_get(parsed, f"$.metadata['{key}']", "string") for key in ("schema-name", "table-name"))
-    table = F.coalesce(F.concat(schema, F.lit("."), name), from_key)
     # the low bits of the id count the rows of its input partition: one shard, read in order
     in_shard = (F.monotonically_increasing_id().bitwiseAND((1 << _ROW_BITS) - 1) + 1)
     # the batch's first offset is joined from a broadcast one-row frame, not a literal: Spark writes a literal
@@ -126,8 +124,10 @@ def kafka_shaped(batch: DataFrame, batch_id: int) -> DataFrame:
     return batch.withColumn("_in_shard", in_shard).crossJoin(F.broadcast(first)).select(
         F.col("partitionKey").cast("binary").alias("key"),
         F.col("data").alias("value"),
-        # no table: `<stream>..`, a NoTableName dead letter (tables/names.py), never a table `<stream>_<stream>`
-        F.concat("streamName", F.lit("."), F.coalesce(table, F.lit("."))).alias("topic"),
+        # no table in the key or the metadata: `<stream>..`, a NoTableName dead letter (tables/names.py), never a
+        # table `<stream>_<stream>`
+        dms_tables.routed_topic(F.concat("streamName", F.lit("."), F.coalesce(from_key, F.lit("."))), parsed)
+        .alias("topic"),
         F.regexp_extract("shardId", r"(\d+)$", 1).cast("int").alias("partition"),
         (F.col("_first") + F.col("_in_shard")).cast("long").alias("offset"),
         F.col("approximateArrivalTimestamp").alias("timestamp"),

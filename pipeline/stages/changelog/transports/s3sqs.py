@@ -167,7 +167,7 @@ class S3SqsTransport:
         seen = Observation(f"rows {first.topic} {report.batch_id}")
         valid = decoded.drop("value").observe(seen, *counts).where(VALID)  # the row's JSON: for dead letters only
         done = landing.append(normalize(valid, f"dms-{settings.file_format}", first.db), name, report,
-                              source=str(source))
+                              source=source)
         observed = decoded.agg(*counts).first() if done.skipped else seen.get  # a replay observed nothing
         _count(report, first.topic, observed["rows"])
         if observed["invalid"]:
