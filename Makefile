@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-postgres test unit bench stack-up stack-down clean
+.PHONY: setup demo demo-postgres test unit test-stack-up test-stack-down bench stack-up stack-down clean
 
 $(PIP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,11 +51,22 @@ demo-postgres: setup
 	$(PG_DEMO) mirror
 	$(PY) -m simulators.postgres compare --prefix $(PG_PREFIX)
 
+# Two workers, each with a stack and a Spark of its own; each integration module runs whole on one of them
+# (tests/conftest.py orders them longest first). TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 unit: $(PIP_STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+# The test session's stack, kept up between runs: `$(PY) -m pytest tests/integration/test_x.py` then starts
+# only its Spark session (docs/testing.md).
+test-stack-up: setup
+	$(PY) -m tests.stack up
+
+test-stack-down:
+	$(PY) -m tests.stack down
 
 bench: setup
 	$(PY) bench/stack.py

@@ -1,6 +1,6 @@
 """Simulator -> Kafka -> changelog -> `pipeline mirror`: the mirrors equal the source's truth, incrementally,
 under duplicates, reordering, deletes and re-inserts, partition moves, schema evolution, crashes and races,
-with Debezium's semantic types, TOAST placeholders and truncates (the `shop.orders` table)."""
+with Debezium's semantic types, TOAST placeholders and truncates (the `shop.orders` table), and after maintenance."""
 
 from __future__ import annotations
 
@@ -116,8 +116,8 @@ MIRRORS = {"iceberg": [("pending", "copy-on-write", "soft"), ("pending", "merge-
 
 
 @pytest.mark.parametrize("lake_format", list(MIRRORS))
-def test_mirror_equals_the_source_incrementally(lake_format: str, stack, spark, cfg: PipelineConfig,
-                                                tmp_path: Path) -> None:
+def test_mirror_equals_the_source_incrementally_and_after_maintenance(lake_format: str, stack, spark,
+                                                                      cfg: PipelineConfig, tmp_path: Path) -> None:
     prefix = f"mr{uuid.uuid4().hex[:6]}"
     artworks = "classification" if lake_format == "delta" else "bucket(4, artwork_id)"  # Iceberg: merged by SPJ
     cfg = _configure(cfg, prefix, lake_format,
@@ -175,6 +175,9 @@ def test_mirror_equals_the_source_incrementally(lake_format: str, stack, spark, 
         live_then = query(mirror, spark, f"SELECT * FROM {namespace}.{prefix}_artists WHERE NOT _is_deleted",
                           as_of=str(first_commits[namespace])).count()
         assert live_then == len(first.state_at("moma.public.artists"))
+
+    # Maintenance last, once time travel no longer needs the old snapshots: it expires them.
+    _assert_maintenance_keeps_the_data(mirrors[0], spark, source, second)
 
 
 def test_state_as_of_source_time_and_key_history_match_the_truth(landed, spark) -> None:
@@ -295,30 +298,23 @@ def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(scd_type: int, l
             assert versions > keys
 
 
-@pytest.mark.parametrize("lake_format", ["iceberg", "delta"])
-def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(lake_format: str, stack, spark,
-                                                                               cfg: PipelineConfig,
-                                                                               tmp_path: Path) -> None:
+def _assert_maintenance_keeps_the_data(cfg: PipelineConfig, spark, source: Source, truth: TruthStore) -> None:
+    """`maintain` compacts, expires every snapshot a watermark does not need and removes orphan files, and the
+    changelog, the mirror and the next incremental run are as before (Iceberg mirrors in the pending layout: the
+    changelog, the pending table and the base, folded first; Delta: the changelog and the base)."""
     from urllib.parse import urlparse
 
     from pipeline.ops.maintain import maintain_lake
 
-    prefix = f"mt{uuid.uuid4().hex[:6]}"
-    cfg = _configure(cfg, prefix, lake_format)
     cfg = cfg.model_copy(update={"maintenance": cfg.maintenance.model_copy(
         update={"retain_hours": 0.0, "orphan_age_hours": 24.0})})
-    source = Source(cfg, prefix, tmp_path)
-    source.simulate(events=300)
-    source.land(spark, max_offsets_per_trigger=250)  # several small commits, several small files
-    MirrorStage(cfg, spark).run_once()
-    truth = source.simulate(events=600)  # the same 300 again and 300 more: an incremental run merges them
-    source.land(spark, max_offsets_per_trigger=250)
-    MirrorStage(cfg, spark).run_once()
-    pending = pending_table(cfg, spark, f"{prefix}_artists")
-    assert (pending is not None and spark.table(pending.ref).count() > 0) == (lake_format == "iceberg")
-    mirror = lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists")
-    data_file = (mirror.read().inputFiles() if lake_format == "delta"
-                 else [r[0] for r in spark.sql(f"SELECT file_path FROM {mirror.ref}.files").collect()])[0]
+    iceberg = cfg.lake.format == "iceberg"
+    artists = f"{source.prefix}_artists"
+    pending = pending_table(cfg, spark, artists)
+    assert (pending is not None and spark.table(pending.ref).count() > 0) == iceberg
+    mirror = lake_table(cfg, spark, cfg.mirror.namespace, artists)
+    data_file = ([r[0] for r in spark.sql(f"SELECT file_path FROM {mirror.ref}.files").collect()] if iceberg
+                 else mirror.read().inputFiles())[0]
     orphan = Path(urlparse(data_file).path).parent / "orphan-from-a-failed-write.parquet"
     orphan.write_bytes(b"not referenced by any snapshot")
     two_days_ago = time.time() - 48 * 3600
@@ -326,14 +322,13 @@ def test_maintenance_compacts_expires_and_removes_orphans_without_changing_data(
     rows_before = {t: lake_table(cfg, spark, cfg.changelog.namespace, t).read().count() for t in source.tables()}
 
     reports = maintain_lake(cfg, spark, source.tables())
-    # Iceberg mirrors are in the pending layout: the changelog, the pending table and the base, folded first.
-    assert len(reports) == (3 if lake_format == "iceberg" else 2) * len(source.tables())
+    assert len(reports) == (3 if iceberg else 2) * len(source.tables())
     if pending is not None:
         assert spark.table(pending.ref).count() == 0
-        assert lake_table(cfg, spark, cfg.mirror.namespace, f"{prefix}_artists").read().count() == \
-            mirror_state(cfg, spark, f"{prefix}_artists").count()
+        assert lake_table(cfg, spark, cfg.mirror.namespace, artists).read().count() == \
+            mirror_state(cfg, spark, artists).count()
     assert not orphan.exists()
-    if lake_format == "iceberg":
+    if iceberg:
         assert sum(r.files_removed or 0 for r in reports) >= 1
         assert sum(r.files_rewritten for r in reports) > 0
         assert sum(r.snapshots_expired for r in reports) > 0

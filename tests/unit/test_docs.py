@@ -113,3 +113,11 @@ def test_docs_links_resolve() -> None:
             if not linked.is_file() or (anchor and anchor not in _anchors(linked.read_text())):
                 broken.append(f"{page.name}: {target}#{anchor}")
     assert broken == []
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    targets = set(re.findall(r"^([A-Za-z][\w-]*):", (REPO / "Makefile").read_text(), re.MULTILINE))
+    text = "\n".join([(REPO / "README.md").read_text(), _docs_text()])
+    named = set(re.findall(r"(?:`|^|TEST_WORKERS=\d )make ([a-z][\w-]*)", text, re.MULTILINE))  # code, not prose
+    assert named - targets == set()
+    assert {"test", "unit", "test-stack-up", "test-stack-down"} <= named  # the test loop docs/testing.md gives
