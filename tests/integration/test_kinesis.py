@@ -13,6 +13,7 @@ import random
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 from unittest import mock
@@ -262,16 +263,22 @@ def test_a_streaming_query_copies_one_stream_into_another(aws: PipelineConfig, s
 # -- the changelog stage over DMS-to-Kinesis ---------------------------------------------------------------
 
 
-def _land_killed_twice(aws: PipelineConfig, spark, folder: Path,
-                       **committer: str) -> tuple[PipelineConfig, str, Summary, TruthStore]:
-    """A simulated DMS source sent to a 2-shard stream, landed by changelog stages SIGKILLed twice at a random
-    point after their first batch (mid-batch or between batches), then by a stage resuming the checkpoint until
-    caught up. `committer`: kinesis settings of the metadata committer."""
+Landed = tuple[PipelineConfig, str, Summary, TruthStore]
+
+
+def _simulated(aws: PipelineConfig, folder: Path) -> tuple[str, Summary, TruthStore]:
+    """A simulated DMS source sent to a 2-shard stream of its own, its truth in `folder`."""
     prefix = f"kc{uuid.uuid4().hex[:6]}"
     truth = TruthStore(folder / "truth.db")
     options = SimulationOptions(format="dms-json", events=600, snapshot_rows=30, seed=13, topic_prefix=prefix,
                                 duplicates=0.03, reorder=0.03, poison=0.02)
     summary = Simulation(options, KinesisTransport(aws.aws, shards=2), truth, None).run(progress=False)
+    return prefix, summary, truth
+
+
+def _killed_twice(prefix: str, folder: Path, committer: dict[str, str]) -> None:
+    """The stream landed by changelog stages SIGKILLed twice at a random point after their first batch (mid-batch
+    or between batches); the checkpoint is in `folder`."""
     kinesis = {"streams": prefix, "max_fetch_records_per_shard": "100", "fetch_interval_ms": "0", **committer}
     settings = ["changelog.source=kinesis", *(f"kinesis.{key}={value}" for key, value in kinesis.items())]
     rng = random.Random(5)
@@ -280,21 +287,41 @@ def _land_killed_twice(aws: PipelineConfig, spark, folder: Path,
         stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
         time.sleep(rng.uniform(0.0, 2.5))
         stage.kill()
-    cfg = _configure(aws, prefix)  # the restart runs here, on the session's Spark: no second JVM to start
+
+
+def _resumed(aws: PipelineConfig, spark, folder: Path, prefix: str, committer: dict[str, str]) -> PipelineConfig:
+    """The killed stages' checkpoint resumed until caught up, on the session's Spark: no third JVM to start."""
+    cfg = _configure(aws, prefix)
     cfg = cfg.model_copy(update={
         "changelog": cfg.changelog.model_copy(update={"source": "kinesis", "checkpoint": str(folder / "checkpoint")}),
         "kinesis": cfg.kinesis.model_copy(update={"streams": [prefix], "fetch_interval_ms": 0, **committer})})
     ChangelogStage(cfg, spark).run(until_caught_up=True)
-    return cfg, prefix, summary, truth
+    return cfg
 
 
 @pytest.fixture(scope="module")
-def landed(aws: PipelineConfig, spark, tmp_path_factory) -> tuple[PipelineConfig, str, Summary, TruthStore]:
+def killed(aws: PipelineConfig, spark, tmp_path_factory) -> dict[str, Landed]:
+    """Each metadata committer's source killed twice, the two committers' stage processes side by side (their
+    JVMs start and wait together), then each resumed; by committer. The DynamoDB committer's table is new."""
+    committers = {"hdfs": {}, "dynamodb": {"metadata_committer": "DYNAMODB",
+                                           "dynamodb_table_name": f"meta{uuid.uuid4().hex[:8]}"}}
+    folders = {name: tmp_path_factory.mktemp(f"kinesis-{name}") for name in committers}
+    sources = {name: _simulated(aws, folders[name]) for name in committers}  # the truth's SQLite stays here
+    with ThreadPoolExecutor(len(committers)) as pool:
+        list(pool.map(lambda name: _killed_twice(sources[name][0], folders[name], committers[name]), committers))
+    landed: dict[str, Landed] = {}
+    for name, (prefix, summary, truth) in sources.items():
+        landed[name] = (_resumed(aws, spark, folders[name], prefix, committers[name]), prefix, summary, truth)
+    return landed
+
+
+@pytest.fixture(scope="module")
+def landed(killed: dict[str, Landed]) -> Landed:
     """Landed with the default (HDFS) committer: its files in the stage's checkpoint."""
-    return _land_killed_twice(aws, spark, tmp_path_factory.mktemp("kinesis-changelog"))
+    return killed["hdfs"]
 
 
-def _assert_every_record_once(spark, landed: tuple[PipelineConfig, str, Summary, TruthStore]) -> None:
+def _assert_every_record_once(spark, landed: Landed) -> None:
     cfg, prefix, summary, _ = landed
     poison = sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
     tables = [_changelog(spark, cfg, f"{prefix}_{name}") for name in LANDED]
@@ -308,7 +335,7 @@ def _changelog(spark, cfg: PipelineConfig, name: str):
     return spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{name}")
 
 
-SLOW = pytest.mark.timeout(1800)  # the shared setup starts a second Spark; on a busy machine it outlasts 600 s
+SLOW = pytest.mark.timeout(1800)  # the shared setup starts four more Sparks; on a busy machine it outlasts 600 s
 
 
 @SLOW
@@ -319,13 +346,13 @@ def test_a_killed_stage_lands_every_record_once(landed, spark) -> None:
 
 
 @SLOW
-def test_a_killed_stage_with_the_dynamodb_committer_lands_every_record_once(aws, spark, tmp_path) -> None:
-    table = f"meta{uuid.uuid4().hex[:8]}"
-    landed = _land_killed_twice(aws, spark, tmp_path, metadata_committer="DYNAMODB", dynamodb_table_name=table)
+def test_a_killed_stage_with_the_dynamodb_committer_lands_every_record_once(killed, aws, spark) -> None:
+    landed = killed["dynamodb"]
     _assert_every_record_once(spark, landed)
+    cfg = landed[0]
     dynamodb = boto3.client("dynamodb", endpoint_url=aws.aws.endpoint_url, region_name=aws.aws.region)
-    assert dynamodb.scan(TableName=table)["Items"]  # the ends were recorded there, not in the checkpoint
-    assert not (tmp_path / "checkpoint" / "kinesis-metadata").exists()
+    assert dynamodb.scan(TableName=cfg.kinesis.dynamodb_table_name)["Items"]  # the ends were recorded there
+    assert not (Path(str(cfg.changelog.checkpoint)) / "kinesis-metadata").exists()  # not in the checkpoint
 
 
 @SLOW
