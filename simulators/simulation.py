@@ -14,10 +14,10 @@ from tqdm import tqdm
 
 from registry.avro import avro_schema
 from registry.serde import AvroSerde
+from simulators import synthetic
 from simulators.faults import AVRO_POISON, JSON_POISON, FaultInjector, Message, avro_poison, json_poison
 from simulators.formats import FORMATS, DebeziumEnvelope, Format
 from simulators.source import Change, SourceDatabase
-from simulators import synthetic
 from simulators.tables import TABLE_SETS, Table, table_set
 from simulators.transport import Transport
 from simulators.truth import TruthStore
