@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from simulators import dms_types
 from simulators.semantic import PLACEHOLDER
 from simulators.source import Change
 from simulators.tables import Row, Table
@@ -45,15 +46,23 @@ def _nullable(avro_type: str) -> list[str]:
 
 
 def _row_fields(table: Table, version: int) -> list[dict[str, Any]]:
-    return [{"name": col.name, "type": col.avro_type} if col.name == table.key
+    return [{"name": col.name, "type": col.avro_type} if col.name in table.keys
             else {"name": col.name, "type": _nullable(col.avro_type), "default": None}
             for col in table.columns_at(version)]
 
 
-def _key_record(table: Table) -> dict[str, Any]:
-    key_col = next(col for col in table.columns if col.name == table.key)
+def _key_record(table: Table) -> dict[str, Any] | None:
+    """The primary key's columns, as Debezium's key schema; None for a table without one (its messages have no
+    key)."""
+    if not table.keys:
+        return None
     return {"type": "record", "name": "Key", "namespace": table.qualified,
-            "fields": [{"name": key_col.name, "type": key_col.avro_type}]}
+            "fields": [{"name": col.name, "type": col.avro_type} for col in table.columns if col.name in table.keys]}
+
+
+def _key_value(change: Change) -> dict[str, Any]:
+    image = change.image
+    return {name: image[name] for name in change.table.keys}
 
 
 def sent_image(change: Change) -> Row | None:
@@ -83,7 +92,7 @@ class DebeziumEnvelope:
     def __init__(self, tombstones: bool = False) -> None:
         self.tombstones = tombstones
 
-    def key_schema(self, table: Table) -> dict[str, Any]:
+    def key_schema(self, table: Table) -> dict[str, Any] | None:
         return _key_record(table)
 
     def value_schema(self, table: Table, version: int) -> dict[str, Any]:
@@ -123,7 +132,7 @@ class DebeziumEnvelope:
         }
 
     def key(self, change: Change) -> dict[str, Any]:
-        return {change.table.key: change.key}
+        return _key_value(change)
 
     def value(self, change: Change) -> dict[str, Any]:
         """Non-null union values are given as (branch name, value), fastavro's tuple notation: without it the
@@ -153,7 +162,7 @@ class DebeziumUnwrapped:
     name = "debezium-unwrapped"
     avro = True
 
-    def key_schema(self, table: Table) -> dict[str, Any]:
+    def key_schema(self, table: Table) -> dict[str, Any] | None:
         return _key_record(table)
 
     def value_schema(self, table: Table, version: int) -> dict[str, Any]:
@@ -164,7 +173,7 @@ class DebeziumUnwrapped:
                 + [{"name": name, "type": _nullable(kind), "default": None} for name, kind in added]}
 
     def key(self, change: Change) -> dict[str, Any]:
-        return {change.table.key: change.key}
+        return _key_value(change)
 
     def value(self, change: Change) -> dict[str, Any]:
         table = change.table
@@ -201,8 +210,21 @@ class DmsAvro:
 
 
 class DmsJson:
+    """DMS's own JSON: the row with DMS's values (`simulators/dms_types.py`), no registry."""
+
     name = "dms-json"
     avro = False
+
+    def __init__(self) -> None:
+        self._converters: dict[str, tuple] = {}  # table -> its `dms_types.converters`, built once
+
+    def image(self, change: Change) -> Row:
+        """The row as DMS sends it."""
+        table = change.table
+        convert = self._converters.get(table.qualified)
+        if convert is None:
+            convert = self._converters[table.qualified] = dms_types.converters(table)
+        return dms_types.dms_row(change.image, convert)
 
     def key_schema(self, table: Table) -> None:
         return None
@@ -214,8 +236,8 @@ class DmsJson:
         return str(change.key).encode()
 
     def value(self, change: Change) -> bytes:
-        return json.dumps({"data": change.image, "metadata": _dms_metadata(change, separator="-")},
-                          separators=(",", ":"), default=str).encode()  # default: a decimal as its text
+        return json.dumps({"data": self.image(change), "metadata": _dms_metadata(change, separator="-")},
+                          separators=(",", ":"), default=dms_types.json_default).encode()
 
 
 def _dms_metadata(change: Change, separator: str) -> dict[str, Any]:
@@ -240,15 +262,16 @@ class DmsRow:
 
     op: str  # I, U, D (full-load rows too carry I: IncludeOpForFullLoad)
     commit_us: int
-    image: dict[str, Any]
+    image: dict[str, Any]  # with DMS's values
     load: bool  # a full-load row (LOAD files), not a change (CDC files)
+    table: Table
 
 
 class DmsFiles(DmsJson):
     """AWS DMS's S3 target: rows with `Op` and the commit time, in files; keyed and unregistered as DMS JSON."""
 
     def value(self, change: Change) -> DmsRow:  # type: ignore[override]
-        return DmsRow(DMS_FILE_OPS[change.op], change.commit_us, change.image, change.op == "r")
+        return DmsRow(DMS_FILE_OPS[change.op], change.commit_us, self.image(change), change.op == "r", change.table)
 
 
 class DmsCsv(DmsFiles):

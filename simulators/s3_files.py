@@ -22,12 +22,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from pipeline.config.settings import AwsSettings, DmsFileSettings
 from simulators.faults import Message
+from simulators.dms_types import arrow_type
 from simulators.formats import DmsRow
-from simulators.tables import TABLE_SETS, Table
+from simulators.tables import Table
 from simulators.transport import Delivery, TransportError
 
-ARROW_TYPES = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "double": pa.float64(),
-               "boolean": pa.bool_()}
 SPARK_TYPES = {"int": "int", "long": "bigint", "string": "string", "double": "double", "boolean": "boolean"}
 MALFORMED_NOTIFICATIONS = (b"\x00 not json", b'{"Records": [{"eventName": "ObjectCreated:Put"}]}', b"[1, 2]")
 
@@ -52,12 +51,6 @@ def ensure_notified_bucket(aws: AwsSettings, bucket: str, queue: str) -> str:
 def spark_ddl(table: Table, version: int = 2) -> str:
     """A table's CSV columns as Spark DDL, for `dms_files.csv_schemas` (CSV carries no types)."""
     return ", ".join(f"{c.name} {SPARK_TYPES[c.avro_type]}" for c in table.columns_at(version))
-
-
-def table_by_topic(topic: str) -> Table:
-    """`<prefix>.<schema>.<table>` -> the simulated table."""
-    schema, name = topic.split(".")[1:]
-    return next(t for t in TABLE_SETS["all"] if t.schema == schema and t.name == name)
 
 
 class S3FileTransport:
@@ -101,9 +94,8 @@ class S3FileTransport:
         self._buffered = 0
 
     def _write(self, topic: str, load: bool, rows: list[DmsRow]) -> None:
-        table = table_by_topic(topic)
         prefix, schema, name = topic.split(".")
-        body = self._encode(table, rows)
+        body = self._encode(rows[0].table, rows)
         key = f"{prefix}/{schema}/{name}/{self._file_name(topic, load, rows)}.{self._extension}"
         self._s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body)
         self.files_written += 1
@@ -132,7 +124,7 @@ class S3FileTransport:
         arrays = {"Op": pa.array([r.op for r in rows], pa.string()),
                   timestamp_column: pa.array(commit_times, pa.timestamp("us"))}
         for column in columns:
-            arrays[column.name] = pa.array([r.image.get(column.name) for r in rows], ARROW_TYPES[column.avro_type])
+            arrays[column.name] = pa.array([r.image.get(column.name) for r in rows], arrow_type(column.avro_type))
         data = pa.table(arrays)
         out = io.BytesIO()
         if self.file_format == "dms-csv":
@@ -140,6 +132,10 @@ class S3FileTransport:
 
             data = data.set_column(1, timestamp_column, pa.array([t.strftime("%Y-%m-%d %H:%M:%S.%f")
                                                                  for t in commit_times], pa.string()))
+            for position, column in enumerate(data.schema):  # CSV holds text: bytes as hex
+                if column.type == pa.binary():
+                    data = data.set_column(position, column.name, pa.array(
+                        [None if v is None else v.hex() for v in data.column(position).to_pylist()], pa.string()))
             csv.write_csv(data, out, csv.WriteOptions(quoting_style="needed"))
         else:
             import pyarrow.parquet as pq

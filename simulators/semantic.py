@@ -3,7 +3,8 @@ as Debezium's Avro converters register them, and what a value of each means in t
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Callable
 
 PLACEHOLDER = "__debezium_unavailable_value"  # what Postgres sends for an unchanged TOASTed value
@@ -29,18 +30,47 @@ def _zoned(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(timezone.utc)
 
 
-# connect.name -> (the lake type it lands as, the lake value of a row value)
+def _zoned_time(text: str) -> str:
+    """`HH:MM:SS.ffffffZ` (Debezium's ZonedTime, in UTC) as the lake's time-of-day text."""
+    return time.fromisoformat(text.removesuffix("Z")).strftime("%H:%M:%S.%f")
+
+
+def _variable_scale(value: dict[str, Any]) -> Decimal:
+    """A VariableScaleDecimal `{scale, value}` (the truth keeps its bytes as hex) as its decimal."""
+    digits = int.from_bytes(bytes.fromhex(value["value"]), "big", signed=True)
+    return Decimal(digits).scaleb(-value["scale"])
+
+
+def _after_epoch(unit_ns: int) -> Callable[[int], datetime]:
+    """A count of units of `unit_ns` nanoseconds since the epoch, floored to microseconds (the lake's)."""
+    return lambda v: EPOCH + timedelta(microseconds=v * unit_ns // 1000)
+
+
+def _days(v: int) -> date:
+    return date(1970, 1, 1) + timedelta(days=v)
+
+
+# connect.name (or a plain Avro type) -> (the lake type it lands as, the lake value of a row value)
 LAKE_VALUES: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "io.debezium.time.MicroTimestamp": ("timestamp_ntz", lambda v: EPOCH + timedelta(microseconds=v)),
+    "io.debezium.time.Date": ("date", _days),
+    "org.apache.kafka.connect.data.Date": ("date", _days),
+    "io.debezium.time.Timestamp": ("timestamp_ntz", _after_epoch(1_000_000)),
+    "io.debezium.time.MicroTimestamp": ("timestamp_ntz", _after_epoch(1000)),
+    "io.debezium.time.NanoTimestamp": ("timestamp_ntz", _after_epoch(1)),
+    "org.apache.kafka.connect.data.Timestamp": ("timestamp_ntz", _after_epoch(1_000_000)),
     "io.debezium.time.ZonedTimestamp": ("timestamp", _zoned),
-    "io.debezium.time.Date": ("date", lambda v: date(1970, 1, 1) + timedelta(days=v)),
+    "io.debezium.time.Time": ("string", lambda v: _time_of_day(v * 1000)),
     "io.debezium.time.MicroTime": ("string", _time_of_day),
+    "io.debezium.time.NanoTime": ("string", lambda v: _time_of_day(v // 1000)),
+    "io.debezium.time.ZonedTime": ("string", _zoned_time),
+    "io.debezium.data.VariableScaleDecimal": ("decimal(38,18)", _variable_scale),
+    "bytes": ("binary", bytes.fromhex),  # the truth keeps bytes as hex
 }
 
 
 def lake_value(avro_type: Any, lake_type: str) -> Callable[[Any], Any] | None:
     """How a row value of a column of `avro_type` reads in a lake column of `lake_type`; None when as it is
     (a format that carries no semantic types lands the raw value)."""
-    name = avro_type.get("connect.name") if isinstance(avro_type, dict) else None
+    name = avro_type.get("connect.name") if isinstance(avro_type, dict) else avro_type
     found = LAKE_VALUES.get(name or "")
     return found[1] if found and found[0] == lake_type else None

@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from registry.avro import avro_schema
 from registry.serde import AvroSerde
+from simulators import synthetic
 from simulators.faults import AVRO_POISON, JSON_POISON, FaultInjector, Message, avro_poison, json_poison
 from simulators.formats import FORMATS, DebeziumEnvelope, Format
 from simulators.source import Change, SourceDatabase
@@ -49,10 +50,14 @@ class SimulationOptions:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise SimulationError(f"unknown format {self.format!r}; choose one of {', '.join(FORMATS)}")
-        unknown = [name for name in self.tables.split(",") if name.strip() not in TABLE_SETS]
+        try:
+            unknown = [name for name in self.tables.split(",")
+                       if name.strip() not in TABLE_SETS and not synthetic.size(name)]
+        except ValueError as exc:
+            raise SimulationError(str(exc)) from None
         if unknown:
             raise SimulationError(f"unknown table set {', '.join(unknown)}; choose one or more (comma-separated) "
-                                  f"of {', '.join(TABLE_SETS)}")
+                                  f"of {', '.join(TABLE_SETS)} or {synthetic.PREFIX}N")
         for name in ("duplicates", "reorder", "poison"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise SimulationError(f"--{name} is a probability between 0 and 1, got {getattr(self, name)}")
@@ -92,7 +97,8 @@ class Simulation:
         if truth.count():
             raise SimulationError(f"the truth store {truth.path} already holds {truth.count()} changes of an earlier "
                                   "run; give this run its own --truth file (and --topic-prefix)")
-        self.tables = table_set(options.tables)
+        self.tables = table_set(options.tables, options.seed)
+        truth.define(self.tables)
         # Only the envelope carries truncates: the unwrap SMT drops them, DMS does not replicate them.
         self.source = SourceDatabase(self.tables, seed=options.seed, rows_per_table=options.snapshot_rows,
                                      truncate_every=TRUNCATE_EVERY if options.format == DebeziumEnvelope.name else None)
@@ -170,7 +176,8 @@ class Simulation:
         topic = self._topics[change.table.name]
         if not self.format.avro:
             return Message(topic, self.format.key(change), self.format.value(change))
-        key = None if change.op == "t" else self._key(topic, change)  # a truncate has no key
+        # a truncate has no key, nor has a row of a table without a primary key
+        key = None if change.op == "t" or not change.table.keys else self._key(topic, change)
         return Message(topic, key, self._value_serializer(topic, change)(self.format.value(change)))
 
     def _poison(self, change: Change, message: Message) -> Callable[[str], Message]:

@@ -9,6 +9,7 @@ which is why Debezium carries it. Commit times strictly increase (microseconds),
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import random
 from dataclasses import dataclass, field
@@ -95,6 +96,11 @@ class SourceDatabase:
         self._last_commit_lsn: int | None = None
         self._tx_id = 500
         self._clock_us = SOURCE_EPOCH_US
+        self._shares = list(itertools.accumulate(table.weight for table in self.tables))  # for weighted choice
+
+    def snapshot_rows(self, table: Table) -> int:
+        """A table's rows in the snapshot: its share of `rows_per_table` times the tables, at least one."""
+        return max(1, round(self.rows_per_table * len(self.tables) * table.weight / self._shares[-1]))
 
     def snapshot(self) -> Iterator[Change]:
         """The initial snapshot: every table's starting rows as `r` events in one snapshot transaction."""
@@ -102,7 +108,7 @@ class SourceDatabase:
         commit_us = self._tick()
         position = 0
         for table in self.tables:
-            for _ in range(self.rows_per_table):
+            for _ in range(self.snapshot_rows(table)):
                 key = self._new_key(table)
                 row = self._new_row(table, key)
                 self.rows[table.name][key] = row
@@ -142,9 +148,9 @@ class SourceDatabase:
         """Up to `size` row operations on distinct rows (row locks keep overlapping transactions apart)."""
         plan: list[Operation] = []
         used = set(taken)
-        random, tables = self._random, self.tables
+        random, tables, shares = self._random, self.tables, self._shares
         for _ in range(size):
-            table = tables[int(random() * len(tables))]
+            table = tables[min(bisect.bisect(shares, random() * shares[-1]), len(tables) - 1)]
             live = self._live[table.name]
             roll = random()
             if roll < 0.25 or len(live) < 5:
@@ -196,7 +202,7 @@ class SourceDatabase:
 
     def _new_row(self, table: Table, key: int) -> Row:
         random, size = self._random, _ValuePools.SIZE
-        row = {table.key: key}
+        row = table.key_row(key)
         for name, values in self._pools[table.name].columns(self.schema_version):
             row[name] = values[int(random() * size)]
         return row

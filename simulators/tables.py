@@ -38,7 +38,7 @@ LAST = ["Arneson", "Picasso", "Kahlo", "O'Keeffe", "Adams", "Ray", "Abbott", "Ku
 class Column:
     name: str
     avro_type: str | dict[str, Any]  # the Avro type, with Kafka Connect's annotations where it has a semantic type
-    generate: Generator | None = None  # None for the key, which the source assigns
+    generate: Generator | None = None  # None for the key's columns, which the source assigns (`Table.key_row`)
     toasted: bool = False  # a large value Postgres stores out of line: an update leaving it unchanged omits it
 
 
@@ -47,11 +47,32 @@ class Table:
     database: str  # the Debezium server name and database
     schema: str
     name: str
-    key: str
+    key: str  # the column the source numbers its rows by (a serial)
     columns: tuple[Column, ...]  # key column first
     partition_column: str  # a partition-like column that updates sometimes move
     evolution: Column  # the nullable column added mid-run; null in about half the rows
     truncated: bool = False  # the source truncates it now and then (where the format carries truncates)
+    primary_key: tuple[str, ...] | None = None  # the declared key: None is `key` alone, () a table without one
+    weight: float = 1.0  # the table's share of the database's rows and changes, relative to the others
+
+    @cached_property
+    def keys(self) -> tuple[str, ...]:
+        """The primary key's columns; the serial `key` is one of them (so they are unique), the others are
+        derived from it and never change (a tenant, a line number)."""
+        return (self.key,) if self.primary_key is None else self.primary_key
+
+    def key_row(self, key: int) -> Row:
+        """The columns the source assigns a new row: the serial, and each other key column derived from it."""
+        row: Row = {self.key: key}
+        for position, name in enumerate(self.keys, start=1):
+            if name != self.key:
+                part = key % (3 + 4 * position) + 1
+                row[name] = f"p{part}" if self._types[name] == "string" else part
+        return row
+
+    @cached_property
+    def _types(self) -> dict[str, Any]:
+        return {col.name: col.avro_type for col in self.columns}
 
     @cached_property  # every event names its table: build the text once
     def qualified(self) -> str:
@@ -67,7 +88,8 @@ class Table:
         return self.columns if version == 1 else (*self.columns, self.evolution)
 
     def value_columns(self, version: int) -> tuple[Column, ...]:
-        return tuple(col for col in self.columns_at(version) if col.name != self.key)
+        """The columns rows draw values for (not those `key_row` assigns)."""
+        return tuple(col for col in self.columns_at(version) if col.generate is not None)
 
 
 def _name(rng: random.Random) -> str:
@@ -186,6 +208,11 @@ TABLE_SETS: dict[str, tuple[Table, ...]] = {
 }
 
 
-def table_set(names: str) -> tuple[Table, ...]:
-    """The tables of comma-separated set names (`all,shop`)."""
-    return tuple(table for name in names.split(",") for table in TABLE_SETS[name.strip()])
+def table_set(names: str, seed: int = 7) -> tuple[Table, ...]:
+    """The tables of comma-separated set names (`all,shop`); `synthetic:N` is a database of N tables drawn from
+    `seed` (`simulators/synthetic.py`)."""
+    from simulators import synthetic  # it builds on this module's tables
+
+    return tuple(table for name in names.split(",")
+                 for table in (synthetic.database(synthetic.size(name), seed) if synthetic.size(name)
+                               else TABLE_SETS[name.strip()]))

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import orjson
 
 from simulators.source import Change
+from simulators.tables import Table
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS changes (
@@ -27,6 +28,11 @@ CREATE TABLE IF NOT EXISTS changes (
     tx_position  INTEGER NOT NULL,   -- 1-based position of the change in its transaction
     lsn          INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS tables (  -- what each table is, so a comparison needs no simulator code or seed
+    table_name   TEXT NOT NULL,      -- <database>.<schema>.<table>, once (a truth holds one run)
+    key_columns  TEXT NOT NULL,      -- JSON list: the primary key's columns, empty for a table without one
+    column_types TEXT NOT NULL       -- JSON object: column -> its Avro type (with Kafka Connect's annotations)
+);
 """
 # Built once over the recorded log, not maintained on every append: each append would be a random write into
 # this B-tree, costing more than the append itself, while one sorted build afterwards costs a fraction of that.
@@ -38,7 +44,12 @@ _INSERT = ("INSERT INTO changes (table_name, row_key, op, row_image, commit_us, 
 def _row_json(image: dict[str, Any]) -> str:
     """A row image as JSON text: orjson's, ~0.4 µs a row where `json` took ~4 µs, a tenth of the simulator's time
     per event (every change is recorded)."""
-    return orjson.dumps(image, default=str).decode()  # default: a decimal as its text
+    return orjson.dumps(image, default=_text).decode()
+
+
+def _text(value: Any) -> str:
+    """A value JSON has no type for: bytes as hex, a decimal as its text."""
+    return value.hex() if isinstance(value, bytes) else str(value)
 
 
 def _rows(c: Change) -> Iterable[tuple]:
@@ -67,6 +78,23 @@ class TruthStore:
         self._db = sqlite3.connect(path)
         self._db.executescript(_SCHEMA)
         self._indexed = False
+
+    def define(self, tables: Iterable[Table]) -> None:
+        """Record each table's key and column types (the evolution column's too)."""
+        with self._db:
+            self._db.executemany("INSERT INTO tables VALUES (?,?,?)", (
+                (t.qualified, orjson.dumps(list(t.keys)).decode(),
+                 orjson.dumps({c.name: c.avro_type for c in (*t.columns, t.evolution)}).decode()) for t in tables))
+
+    def column_types(self, table: str) -> dict[str, Any]:
+        """`table`'s columns and their Avro types; empty for a truth recorded before tables were."""
+        found = self._db.execute("SELECT column_types FROM tables WHERE table_name = ?", (table,)).fetchone()
+        return orjson.loads(found[0]) if found else {}
+
+    def key_columns(self, table: str) -> list[str]:
+        """`table`'s primary key; empty when it has none (or the truth predates recorded tables)."""
+        found = self._db.execute("SELECT key_columns FROM tables WHERE table_name = ?", (table,)).fetchone()
+        return orjson.loads(found[0]) if found else []
 
     def record(self, changes: Iterable[Change]) -> None:
         """Append committed changes in commit order, in one SQLite transaction; a truncate as a delete of each

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--format", default="debezium",
                           choices=["debezium", "debezium-unwrapped", "dms", "dms-json", "dms-csv", "dms-parquet"])
     simulate.add_argument("--tables", default="all",
-                          help="comma-separated table sets: moma, employees, shop (Debezium semantic types), all")
+                          help="comma-separated table sets: moma, employees, shop (Debezium semantic types), all, "
+                               "synthetic:N (N tables of varied shapes and types from --seed, N up to 1000)")
     simulate.add_argument("--events", type=int, default=10_000, help="change events to emit, snapshot included")
     simulate.add_argument("--duration", type=float, help="stop after this many seconds")
     simulate.add_argument("--rate", type=float, help="events per second at most")

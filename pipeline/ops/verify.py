@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorError, table_keys, with_table_keys
 from simulators.semantic import lake_value
-from simulators.tables import TABLE_SETS
 from simulators.truth import TruthStore
 from tables.history import tracked_columns
 from tables.lake import lake_table, table_names
@@ -88,13 +87,14 @@ def source_time_us(source_time: str) -> int:
 
 
 def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str, Any]], keys: list[str],
-            table: str, truth_table: str) -> TableVerdict:
-    """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table."""
+            table: str, truth_table: str, column_types: dict[str, Any] | None = None) -> TableVerdict:
+    """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table, reading
+    truth values by the source's `column_types` (the truth's `column_types`; none: as they are)."""
     from pyspark.sql import functions as F
 
     columns = [c for c in lake.columns if not c.startswith("_")]
     schema = lake.select(*columns).schema
-    readers = _lake_readers(schema, truth_table)
+    readers = _lake_readers(schema, column_types or {})
     expected = spark.createDataFrame([tuple(None if row.get(c) is None else readers[c](row[c]) if c in readers
                                             else row.get(c) for c in columns)
                                       for row in truth_rows.values()], schema)
@@ -119,17 +119,17 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
     return TableVerdict(table, truth_table, len(truth_rows), total, examples)
 
 
-def _lake_readers(schema: StructType, truth_table: str) -> dict[str, Callable[[Any], Any]]:
-    """Per lake column whose truth values need reading as the lake's type, how: decimals exactly (a truth float,
-    or a decimal kept as text), semantic types as the lake type they land as."""
+def _lake_readers(schema: StructType, column_types: dict[str, Any]) -> dict[str, Callable[[Any], Any]]:
+    """Per lake column whose truth values need reading as the lake's type, how: semantic types as the lake type
+    they land as (by the column's Avro type, which the truth records), other decimals exactly (a truth float, or
+    a decimal kept as text)."""
     from pyspark.sql.types import DecimalType
 
-    source = {col.name: col.avro_type for tables in TABLE_SETS.values() for t in tables if t.qualified == truth_table
-              for col in (*t.columns, t.evolution)}
     readers: dict[str, Callable[[Any], Any]] = {}
     for f in schema.fields:
-        reader = _exact if isinstance(f.dataType, DecimalType) else lake_value(source.get(f.name),
-                                                                                f.dataType.simpleString())
+        reader = lake_value(column_types.get(f.name), f.dataType.simpleString())
+        if reader is None and isinstance(f.dataType, DecimalType):
+            reader = _exact
         if reader is not None:
             readers[f.name] = reader
     return readers
@@ -168,7 +168,7 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
                 continue
             lake = mirror_state(cfg, spark, name).where("NOT _is_deleted")  # with its pending changes
             expected = truth.state_at(truth_table)
-        verdicts.append(compare(spark, lake, expected, keys, name, truth_table))
+        verdicts.append(compare(spark, lake, expected, keys, name, truth_table, truth.column_types(truth_table)))
     return verdicts
 
 
@@ -188,4 +188,5 @@ def verify_history(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, 
                            F.unix_millis("_valid_to").alias(HISTORY_COLUMNS[2]),
                            F.col("_is_deleted").alias(HISTORY_COLUMNS[3]))
     expected = truth.versions(truth_table, tracked_columns(cfg, name, versions.columns), HISTORY_COLUMNS)
-    return compare(spark, lake, expected, [*keys, HISTORY_COLUMNS[0]], name, truth_table)
+    return compare(spark, lake, expected, [*keys, HISTORY_COLUMNS[0]], name, truth_table,
+                   truth.column_types(truth_table))
