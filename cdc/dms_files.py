@@ -9,7 +9,8 @@ column one file adds is null in the others), a CSV file's header (CSV values are
 declared DDL when there is one). Files whose types cannot merge are read group by group, each group of one row
 type, and unioned by name with Spark's widening (int with bigint is bigint); a group that does not fit is set
 apart with the reason, never dropped and never cut to the others' columns. A file announced but gone when it is
-read, and a Parquet file whose footer cannot be read, are set apart too (`TableRead.lost`), by name and reason.
+read, a Parquet file whose footer cannot be read and a CSV file whose header cannot are set apart too
+(`TableRead.lost`), by name and reason.
 
 Full-load files (`LOAD…`) hold snapshot reads; CDC files hold `Op` I/U/D. Ordering: the commit time
 (`TimestampColumnName`), then the file (DMS names CDC files by time and numbers load files), then the row in
@@ -22,7 +23,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 import structlog
 from pyspark.sql import Column
@@ -94,13 +95,14 @@ class TableRead:
 
 
 def read_table(spark: SparkSession, files: list[DmsFile], file_format: str,
-               csv_headers: dict[str, tuple[str, ...]] | None = None) -> TableRead:
-    """One table's files, read once. `csv_headers`: each CSV file's column names (its header line)."""
+               csv_headers: Mapping[str, tuple[str, ...] | ValueError] | None = None) -> TableRead:
+    """One table's files, read once. `csv_headers`: each CSV file's column names (its header line), or why
+    it has none."""
     from pyspark.errors import AnalysisException
 
+    headers = csv_headers or {}
     try:
-        frames, lost = (_csv(spark, files, csv_headers or {}), []) if file_format == "csv" \
-            else _parquet_groups(spark, files)
+        frames, lost = _csv(spark, files, headers) if file_format == "csv" else _parquet_groups(spark, files)
     except AnalysisException as exc:
         present = _present(spark, files) if "PATH_NOT_FOUND" in str(exc) else files  # a look costs a request
         if len(present) == len(files):
@@ -171,22 +173,28 @@ def _parquet(spark: SparkSession, files: list[DmsFile]) -> DataFrame:
     return spark.read.option("mergeSchema", "true").parquet(*[_literal(f.path) for f in files])
 
 
-def _csv(spark: SparkSession, files: list[DmsFile], headers: dict[str, tuple[str, ...]]
-         ) -> list[tuple[DataFrame, list[DmsFile]]]:
+def _csv(spark: SparkSession, files: list[DmsFile], headers: Mapping[str, tuple[str, ...] | ValueError]
+         ) -> tuple[list[tuple[DataFrame, list[DmsFile]]], list[tuple[DmsFile, str, str]]]:
     """One scan per header (all text), the most files first. multiLine: each file is one task's, read in order
-    (and a quoted value may hold a line break)."""
+    (and a quoted value may hold a line break). A file whose header names no columns (`csv_headers` says why)
+    is set apart."""
     from pyspark.sql.types import StringType, StructField, StructType
 
     by_header: dict[tuple[str, ...], list[DmsFile]] = {}
+    unreadable = []
     for item in files:
-        by_header.setdefault(headers.get(item.path, ()), []).append(item)
+        header = headers.get(item.path, ())
+        if isinstance(header, ValueError):
+            unreadable.append((item, UNREADABLE, f"not a readable CSV file: {header}"))
+        else:
+            by_header.setdefault(header, []).append(item)
     frames = []
     for header, group in sorted(by_header.items(), key=lambda kv: -len(kv[1])):
         columns = StructType([StructField(name, StringType()) for name in header])
         frame = (spark.read.schema(columns).option("header", "true").option("multiLine", "true")
                  .csv([_literal(f.path) for f in group]))
         frames.append((_located(spark, frame, group, row_index=False), group))
-    return frames
+    return frames, unreadable
 
 
 def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_index: bool = True) -> DataFrame:

@@ -22,11 +22,13 @@ _WORDS = (r"password|passwd|passphrase|(?<![a-z])pass(?![a-z])|pwd|secret|token|
           r"|(?:api|access|private|account|signing|sas|secret|master|encryption)[._-]?key")
 _SECRET_KEY = re.compile(_WORDS, re.IGNORECASE)
 # `scheme://userinfo@host`: the userinfo, with or without a password, is a credential
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@]+(?:@[^/\s@]+)*@", re.IGNORECASE)
-# `password=p`, `password="p"`, `token: p` inside a longer text (JAAS, JDBC properties, options)
-_ASSIGNED_SECRET = re.compile(
-    rf"(?P<key>[\w.-]*(?:{_WORDS})[\w.-]*)(?P<sep>\s*[=:]\s*)(?P<value>\"[^\"]*\"|'[^']*'|[^\s;&,)\"']+)",
-    re.IGNORECASE)
+_USERINFO = r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^/\s@]+(?:@[^/\s@]+)*@"
+_URL_USERINFO = re.compile(_USERINFO, re.IGNORECASE)
+# `password=p`, `password="p"`, `token: p` inside a longer text (JAAS, JDBC properties, options); a value that
+# is masked already or is a URL (`jdbc:…`) is left as it is
+_ASSIGNED = (rf"(?P<key>[\w.-]*(?:{_WORDS})[\w.-]*)(?P<sep>\s*[=:]\s*)(?!{re.escape(REDACTED)}|//)"
+             r"(?P<quote>[\"']?)(?P<value>(?<=\")[^\"]*(?=\")|(?<=')[^']*(?=')|(?<![\"'])[^\s;&,)\"']+)")
+_ASSIGNED_SECRET = re.compile(_ASSIGNED, re.IGNORECASE)
 
 
 def is_secret_key(key: str) -> bool:
@@ -37,15 +39,18 @@ def is_secret_key(key: str) -> bool:
 def redact_text(text: str) -> str:
     """The text with URL userinfo and `secret-key=value` assignments masked."""
     text = _URL_USERINFO.sub(rf"\g<scheme>{REDACTED}@", text)
+    return _ASSIGNED_SECRET.sub(rf"\g<key>\g<sep>\g<quote>{REDACTED}", text)
 
-    def mask(match: re.Match[str]) -> str:
-        value = match["value"]
-        if value.startswith(REDACTED) or value.startswith("//"):  # already masked, or a URL (`jdbc:…`)
-            return match[0]
-        quote = value[0] if value[0] in "\"'" else ""
-        return f"{match['key']}{match['sep']}{quote}{REDACTED}{quote}"
 
-    return _ASSIGNED_SECRET.sub(mask, text)
+def java_replacements() -> list[tuple[str, str]]:
+    """`redact_text`'s patterns as (Java regex, replacement) pairs, in order, for log4j2's `%replace` (the
+    Spark JVM's log, `pipeline/runtime/spark.py`): the same rule, translated, so the two cannot drift."""
+    def java(pattern: re.Pattern[str], *groups: str) -> str:
+        """Groups by number: `${name}` would be a variable to log4j2's configuration."""
+        return "".join(f"${pattern.groupindex[g]}" for g in groups)
+
+    return [("(?i)" + _USERINFO.replace("(?P<", "(?<"), java(_URL_USERINFO, "scheme") + f"{REDACTED}@"),
+            ("(?i)" + _ASSIGNED.replace("(?P<", "(?<"), java(_ASSIGNED_SECRET, "key", "sep", "quote") + REDACTED)]
 
 
 def redact(value: Any, key: str = "") -> Any:

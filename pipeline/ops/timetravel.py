@@ -18,7 +18,7 @@ from cdc.merge import state_as_of
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import table_keys
 from tables.lake import lake_table, table_names
-from tables.names import quote, sql_string
+from tables.names import column, quote, sql_string
 from tables.pending import pending_table, state_as_of_commit
 from tables.views import lake_views, replace_views
 
@@ -121,7 +121,7 @@ def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> D
     first_delivery = Window.partitionBy("_seq.source_major", "_seq.source_minor").orderBy("_seq")
     columns = [c for c in rows.columns if not c.startswith("_")]
     return (rows.withColumn("_rank", F.row_number().over(first_delivery)).where("_rank = 1")  # duplicates once
-            .orderBy("_seq").select("_op", "_source_ts", "_commit", "_seq", *columns))
+            .orderBy("_seq").select("_op", "_source_ts", "_commit", "_seq", *map(column, columns)))
 
 
 def state(cfg: PipelineConfig, spark: SparkSession, table: str, source_time: str, key: str | None = None) -> DataFrame:

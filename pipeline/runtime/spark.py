@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 import structlog
 
 from pipeline.runtime import jvm
+from pipeline.config.redaction import java_replacements
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import spark_catalog_conf
 
@@ -100,7 +101,8 @@ def log_config(cfg: PipelineConfig) -> str:
         f"appender.file.fileName = {log_file(cfg)}",
         f"appender.file.filePattern = {log_file(cfg)}.%i",
         "appender.file.layout.type = PatternLayout",
-        "appender.file.layout.pattern = %d{ISO8601} %p %c: %m%n%ex",
+        f"appender.file.layout.pattern = %d{{ISO8601}} %p %c: {_masked('%m')}%n{_masked('%ex')}",
+        "appender.file.layout.alwaysWriteExceptions = false",  # the exception is in the pattern, masked
         "appender.file.policies.type = Policies",
         "appender.file.policies.size.type = SizeBasedTriggeringPolicy",
         "appender.file.policies.size.size = 50MB",
@@ -110,7 +112,8 @@ def log_config(cfg: PipelineConfig) -> str:
         "appender.console.name = console",
         "appender.console.target = SYSTEM_ERR",
         "appender.console.layout.type = PatternLayout",
-        "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex",
+        f"appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: {_masked('%m')}%n{_masked('%ex')}",
+        "appender.console.layout.alwaysWriteExceptions = false",
         "appender.console.filter.threshold.type = ThresholdFilter",
         f"appender.console.filter.threshold.level = {cfg.spark.console_log_level.lower()}",
         # PySpark's gateway counts as an interpreter: unless this logger has its own level equal to the root's,
@@ -126,6 +129,14 @@ def log_config(cfg: PipelineConfig) -> str:
         "logger.hive.level = fatal",
         "",
     ])
+
+
+def _masked(converter: str) -> str:
+    """A PatternLayout converter with the one redaction rule applied (`%replace`), escaped for a .properties
+    value: a secret that Spark or a library logs (a setting, a URL's userinfo) never reaches the log."""
+    for regex, replacement in java_replacements():
+        converter = f"%replace{{{converter}}}{{{regex}}}{{{replacement}}}"
+    return converter.replace("\\", "\\\\")
 
 
 S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"

@@ -152,26 +152,33 @@ def test_a_batch_lands_each_table_once_whatever_its_files_hold(stack, spark, cfg
     assert {table.rsplit(".", 1)[-1] for table in replay.skipped} == {name, odd_name, cfg.changelog.dead_letter_table}
 
 
-def test_csv_files_of_two_headers_land_with_their_rows_numbered(stack, spark, cfg: PipelineConfig) -> None:
-    """A CSV file with a line break in a quoted value, and one whose header adds a column: one table, rows in
-    file order, no column lost."""
-    bucket = f"dmscsv{uuid.uuid4().hex[:6]}"
+def _land_csv(cfg: PipelineConfig, spark, bucket: str, files: dict[str, bytes]
+              ) -> tuple[PipelineConfig, BatchReport]:
+    """DMS CSV files put in a new bucket and landed as one batch of the stage's s3-sqs transport."""
     cfg = cfg.model_copy(update={"dms_files": cfg.dms_files.model_copy(update={
         "bucket": bucket, "queue": bucket, "queue_url": "http://unused", "file_format": "csv"})})
     s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
     s3.create_bucket(Bucket=bucket)
-    table = f"s3://{bucket}/{bucket}/public/c"
-    files = {f"{table}/20260101-000000001.csv": 'Op,dms_commit_ts,id,name\nI,2026-01-01 00:00:01,1,"a\nb"\n'
-                                                'I,2026-01-01 00:00:01,2,\n',
-             f"{table}/20260101-000000002.csv": "Op,dms_commit_ts,id,name,extra\nU,2026-01-01 00:00:02,1,a2,x\n"}
     for path, body in files.items():
-        s3.put_object(Bucket=bucket, Key=path.split("/", 3)[3], Body=body.encode())
+        s3.put_object(Bucket=bucket, Key=path.split("/", 3)[3], Body=body)
     batch = spark.createDataFrame([(path, len(body), datetime(2026, 1, 2)) for path, body in files.items()],
                                   FILE_ROWS_SCHEMA)
     landing = Landing(cfg, spark)
     landing.prepare()
     report = BatchReport(3, writer=bucket)
     S3SqsTransport(cfg).land(landing, batch, report)
+    return cfg, report
+
+
+def test_csv_files_of_two_headers_land_with_their_rows_numbered(stack, spark, cfg: PipelineConfig) -> None:
+    """A CSV file with a line break in a quoted value, and one whose header adds a column: one table, rows in
+    file order, no column lost."""
+    bucket = f"dmscsv{uuid.uuid4().hex[:6]}"
+    table = f"s3://{bucket}/{bucket}/public/c"
+    files = {f"{table}/20260101-000000001.csv": 'Op,dms_commit_ts,id,name\nI,2026-01-01 00:00:01,1,"a\nb"\n'
+                                                'I,2026-01-01 00:00:01,2,\n',
+             f"{table}/20260101-000000002.csv": "Op,dms_commit_ts,id,name,extra\nU,2026-01-01 00:00:02,1,a2,x\n"}
+    cfg, report = _land_csv(cfg, spark, bucket, {path: body.encode() for path, body in files.items()})
 
     rows = lake_table(cfg, spark, cfg.changelog.namespace, lake_table_name(bucket, "c")).read().collect()
     assert {(r["_op"], r["id"], r["name"], r["extra"], r["_transport"]["file"], r["_transport"]["offset"])
@@ -179,3 +186,21 @@ def test_csv_files_of_two_headers_land_with_their_rows_numbered(stack, spark, cf
                                ("c", "2", None, None, f"{table}/20260101-000000001.csv", 1),
                                ("u", "1", "a2", "x", f"{table}/20260101-000000002.csv", 0)}
     assert report.rows_in == 3 and report.dead_by_topic == {}
+
+
+def test_a_csv_file_whose_header_cannot_be_read_is_a_dead_letter_that_names_it(stack, spark, cfg: PipelineConfig
+                                                                                ) -> None:
+    """A header that is not UTF-8 text sets its file apart (`UnreadableDmsFile`), counted against the bound;
+    the table's other file lands."""
+    bucket = f"dmsbad{uuid.uuid4().hex[:6]}"
+    table = f"s3://{bucket}/{bucket}/public/c"
+    good, bad = f"{table}/20260101-000000001.csv", f"{table}/20260101-000000002.csv"
+    latin1 = "Op,dms_commit_ts,Größe\nI,2026-01-01 00:00:02,2\n".encode("latin-1")
+    cfg, report = _land_csv(cfg, spark, bucket, {good: b"Op,dms_commit_ts,id\nI,2026-01-01 00:00:01,1\n", bad: latin1})
+
+    rows = lake_table(cfg, spark, cfg.changelog.namespace, lake_table_name(bucket, "c")).read().collect()
+    assert [(r["_op"], r["id"]) for r in rows] == [("c", "1")]
+    assert report.dead_by_topic == {f"{bucket}.public.c": {"UnreadableDmsFile": 1}}
+    letters = spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{cfg.changelog.dead_letter_table}")
+    [message] = [r["error_message"] for r in letters.where(letters.error_message.contains(bad)).collect()]
+    assert message.startswith("not a readable CSV file: its header line is not UTF-8 text")

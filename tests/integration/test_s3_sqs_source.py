@@ -19,6 +19,7 @@ import pytest
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.sources import register
+from pipeline.sources.s3sqs.files import MISSING
 from pipeline.sources.s3sqs.status import clear_status, read_status, status_path
 from simulators.s3_files import ensure_notified_bucket
 from tests.conftest import REPO
@@ -135,9 +136,13 @@ def test_every_notification_shape_is_read_once_and_bad_ones_never_stop_the_query
     for body in bodies:
         place.announce(body)
     options = place.options(tmp_path / "checkpoint", pathGlobFilter="*.json", maxFilesPerTrigger="-1")
-    batches = _run_until_drained(source_spark, options, "id int, _file_path string, _file_row bigint")
-    rows = sorted((r["id"], r["_file_path"], r["_file_row"]) for _, batch in batches for r in batch)
+    schema = "id int, _file_path string, _file_row bigint, _file_error string"
+    batches = _run_until_drained(source_spark, options, schema)
+    rows = sorted((r["id"], r["_file_path"], r["_file_row"]) for _, batch in batches for r in batch
+                  if r["_file_error"] is None)
     assert rows == [(1, plain, 0), (2, plain, 1), (3, encoded, 0), (4, sns, 0), (5, bridge, 0)]
+    errors = [(r["_file_path"], r["_file_error"]) for _, batch in batches for r in batch if r["_file_error"]]
+    assert errors == [(f"s3://{place.bucket}/in/gone.json", MISSING)]  # never skipped in silence
     assert place.messages_left() == 0  # consumer errors deleted (sqs.keepMessageForConsumerError=false)
 
 

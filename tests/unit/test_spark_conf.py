@@ -158,6 +158,22 @@ def test_session_logs_to_a_file_and_only_errors_to_the_console(tmp_path: Path) -
     assert "appender.console.target = SYSTEM_ERR" in text
 
 
+def test_both_log_layouts_mask_the_message_and_the_exception_by_the_one_rule(tmp_path: Path) -> None:
+    from pipeline.config.redaction import java_replacements
+    from pipeline.runtime.spark import log_config
+
+    text = log_config(_cfg(tmp_path))
+    replacements = java_replacements()
+    for appender in ("file", "console"):
+        [pattern] = [line for line in text.splitlines() if line.startswith(f"appender.{appender}.layout.pattern")]
+        assert pattern.count("%replace{") == 2 * len(replacements)  # around %m and around %ex
+        nested = "%replace{" * len(replacements)
+        assert f"{nested}%m}}" in pattern and f"{nested}%ex}}" in pattern
+        for regex, replacement in replacements:  # backslashes doubled for the .properties file
+            assert f"{{{regex.replace(chr(92), chr(92) * 2)}}}{{{replacement}}}" in pattern
+        assert f"appender.{appender}.layout.alwaysWriteExceptions = false" in text  # no second, unmasked trace
+
+
 def test_verbose_and_debug_bring_the_console_back(tmp_path: Path) -> None:
     from pipeline.cli.main import _console_level
     from pipeline.cli.parser import build_parser

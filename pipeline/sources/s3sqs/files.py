@@ -1,7 +1,12 @@
 """Reading announced objects on the executors: one S3 GET per file, parsed by pyarrow, conformed to the query's
 schema (columns by name; a missing column is null), partition values from `key=value` folders under basePath,
-and optionally the file's path, row number and event time. An object deleted before it is read is skipped with a
-warning: there is nothing left to read, and failing the query would not bring it back.
+and optionally the file's path, row number and event time.
+
+A file that cannot be read (deleted before it is read, an event naming a key that does not exist, a body its
+format cannot parse, a CSV header that is not text) is never skipped: with a `_file_error` string column in the
+schema it becomes one row naming the file (`_file_path`) and the reason, for the query to route as a dead letter
+(Spark's `_corrupt_record` idea, per file); without one, the task fails naming the object, Spark retries it
+(`spark.task.maxFailures`), and the query stops with that error, its batch kept in RocksDB for the next run.
 """
 
 from __future__ import annotations
@@ -25,7 +30,18 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = structlog.get_logger(__name__)
-METADATA_COLUMNS = {"_file_path": "string", "_file_row": "bigint", "_file_event_time": "timestamp"}
+FILE_ERROR_COLUMN = "_file_error"
+METADATA_COLUMNS = {"_file_path": "string", "_file_row": "bigint", "_file_event_time": "timestamp",
+                    FILE_ERROR_COLUMN: "string"}
+MISSING = "announced, but no object is there: deleted before it was read, or the event named a key that does not exist"
+
+
+class UnreadableFile(RuntimeError):
+    """An announced file this source cannot read, and the query's schema has no `_file_error` column to say so."""
+
+
+class UnreadableHeader(ValueError):
+    """A CSV file whose first line names no columns: not UTF-8 text, or empty."""
 VALUE_COLUMN = "value"
 FILE_ROWS_SCHEMA = "_file_path string, _file_size bigint, _file_event_time timestamp"  # rowFormat=files
 
@@ -65,12 +81,29 @@ def read_files(options: S3SqsOptions, schema: StructType, files: list[S3File]) -
         return
     client = _s3_client(options)
     for item, body in _fetch(client, files):
-        if body is None:
-            log.warning("s3sqs.file_gone", path=item.path, reason="deleted before it was read")
+        try:
+            if body is None:
+                raise UnreadableFile(MISSING)
+            table = _parse(options, body, target)
+        except (UnreadableFile, ValueError, OSError, EOFError) as exc:  # pyarrow's and fastavro's parse errors
+            yield _unreadable(target, item, str(exc) or type(exc).__name__)
             continue
-        table = _parse(options, body, target)
         if table.num_rows:
             yield _conform(options, table, target, item)
+
+
+def _unreadable(target: pa.Schema, item: S3File, reason: str) -> pa.RecordBatch:
+    """One row that names the file and why it cannot be read; or, with no `_file_error` column, the error."""
+    import pyarrow as pa
+
+    if FILE_ERROR_COLUMN not in target.names:
+        raise UnreadableFile(f"{item.path}: {reason} (a {FILE_ERROR_COLUMN} string column in the schema makes such "
+                             "a file a row that names it, instead of this error)")
+    log.warning("s3sqs.file_error", path=item.path, reason=reason)
+    values = {"_file_path": item.path, FILE_ERROR_COLUMN: reason, "_file_event_time": item.event_time_ms * 1000}
+    return pa.RecordBatch.from_arrays(
+        [pa.array([values.get(f.name)], pa.int64() if f.name == "_file_event_time" else f.type).cast(f.type)
+         for f in target], schema=target)
 
 
 def listing(files: list[S3File], target: pa.Schema) -> pa.RecordBatch:
@@ -163,20 +196,23 @@ def _parse(options: S3SqsOptions, body: bytes, target: pa.Schema) -> pa.Table:
 HEADER_BYTES = 1 << 16  # a CSV header line fits (DMS tables have at most a few thousand columns' names)
 
 
-def csv_headers(options: S3SqsOptions, paths: list[str]) -> dict[str, tuple[str, ...]]:
+def csv_headers(options: S3SqsOptions, paths: list[str]) -> dict[str, tuple[str, ...] | UnreadableHeader]:
     """Each CSV file's column names, from its first line (one ranged GET per file, PREFETCH in flight): a
-    reader that reads the files itself learns their row types before it reads them. A file gone: no names."""
+    reader that reads the files itself learns their row types before it reads them. A file gone: no names; a
+    first line that names no columns: why."""
     from concurrent.futures import ThreadPoolExecutor
 
     client = _s3_client(options)
 
-    def header(path: str) -> tuple[str, ...]:
+    def header(path: str) -> tuple[str, ...] | UnreadableHeader:
         bucket, key = path[len("s3://"):].split("/", 1)
         try:
             body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{HEADER_BYTES - 1}")["Body"].read()
+            return tuple(_header(body, options.delimiter))
         except client.exceptions.NoSuchKey:
             return ()
-        return tuple(_header(body, options.delimiter))
+        except UnreadableHeader as exc:
+            return exc
 
     with ThreadPoolExecutor(PREFETCH, thread_name_prefix="s3-sqs-header") as pool:
         return dict(zip(paths, pool.map(header, paths)))
@@ -185,8 +221,14 @@ def csv_headers(options: S3SqsOptions, paths: list[str]) -> dict[str, tuple[str,
 def _header(body: bytes, delimiter: str) -> list[str]:
     import csv
 
-    first = body.split(b"\n", 1)[0].decode("utf-8-sig").rstrip("\r")
-    return next(csv.reader([first], delimiter=delimiter), [])
+    try:
+        first = body.split(b"\n", 1)[0].decode("utf-8-sig").rstrip("\r")
+    except UnicodeDecodeError as exc:
+        raise UnreadableHeader(f"its header line is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    names = next(csv.reader([first], delimiter=delimiter), [])
+    if not any(names):
+        raise UnreadableHeader("its header line names no columns (an empty file or first line)")
+    return names
 
 
 def _conform(options: S3SqsOptions, table: pa.Table, target: pa.Schema, item: S3File) -> pa.RecordBatch:

@@ -131,8 +131,8 @@ class S3SqsTransport:
         """The source's options as it parses them (endpoint, credentials, CSV delimiter)."""
         return parse_options(source_options(self.cfg, self.queue_url))
 
-    def _table(self, landing: Landing, files: list[DmsFile], headers: dict[str, tuple[str, ...]] | None,
-               report: BatchReport) -> list[DataFrame]:
+    def _table(self, landing: Landing, files: list[DmsFile],
+               headers: dict[str, tuple[str, ...] | ValueError] | None, report: BatchReport) -> list[DataFrame]:
         """One table's files: read once, decoded, appended; returns their dead letters."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
