@@ -71,9 +71,9 @@ EXTRA_CATALOGS = (GLUE_CATALOG, HIVE_CATALOG)
 # (`--dist loadgroup --no-loadscope-reorder`), so the long ones start at once and the short ones fill the gaps.
 # Measured with `--durations=0` (docs/testing.md); a module not named here runs after these, before the unit tests.
 LONGEST_FIRST = ("test_kinesis.py", "test_mirror.py", "test_changelog.py", "test_glue_catalog.py",
-                 "test_s3_sqs_source.py", "test_dead_letters.py", "test_mirror_layout.py", "test_api.py",
-                 "test_spark_submit.py", "test_mirror_history.py", "test_services.py", "test_status.py",
-                 "test_s3_sqs_changelog.py", "test_sql_access.py", "test_debezium_postgres.py")
+                 "test_s3_sqs_source.py", "test_any_names.py", "test_dead_letters.py", "test_mirror_layout.py",
+                 "test_api.py", "test_spark_submit.py", "test_mirror_history.py", "test_services.py",
+                 "test_status.py", "test_s3_sqs_changelog.py", "test_sql_access.py", "test_debezium_postgres.py")
 # The tests that read the session's `landed_source` run on one worker, which lands it once.
 SHARES_LANDED_SOURCE = "landed_source"
 
