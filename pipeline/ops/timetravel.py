@@ -75,9 +75,22 @@ def register_delta_tables(cfg: PipelineConfig, spark: SparkSession) -> None:
 
 
 def query(cfg: PipelineConfig, spark: SparkSession, sql: str, as_of: str | None = None) -> DataFrame:
-    if cfg.lake.format == "delta":
+    """`sql` over the lake's tables, resolved when called. Delta's names live in the session catalog, which is
+    current only while the query is resolved: a caller's session keeps its own current catalog and namespace."""
+    def resolved() -> DataFrame:
+        return spark.sql(as_of_sql(sql, as_of, pinned_mirrors(cfg, spark, as_of)) if as_of else sql)
+
+    if cfg.lake.format != "delta":
+        return resolved()
+    catalog, namespace = spark.catalog.currentCatalog(), spark.catalog.currentDatabase()
+    try:
         register_delta_tables(cfg, spark)
-    return spark.sql(as_of_sql(sql, as_of, pinned_mirrors(cfg, spark, as_of)) if as_of else sql)
+        return resolved()
+    finally:
+        if spark.catalog.currentCatalog() != catalog:
+            spark.catalog.setCurrentCatalog(catalog)
+        if spark.catalog.currentDatabase() != namespace:
+            spark.catalog.setCurrentDatabase(namespace)
 
 
 def pinned_mirrors(cfg: PipelineConfig, spark: SparkSession, as_of: str) -> Callable[[str], str | None]:

@@ -163,7 +163,9 @@ def test_mirror_equals_the_source_incrementally_and_after_maintenance(lake_forma
             _single_row_per_key(mirror, spark, table)  # partition moves left no stale copy behind
         deleted = mirror_state(mirror, spark, f"{prefix}_artists").where("_is_deleted").count()
         assert (deleted > 0) if mirror.mirror.delete_mode == "soft" else (deleted == 0)
+        catalog = spark.catalog.currentCatalog()
         current = query(mirror, spark, f"SELECT * FROM {namespace}.{prefix}_artists{mirror.mirror.view_suffix}")
+        assert spark.catalog.currentCatalog() == catalog  # Delta's names resolved without moving the session
         deleted_rows, rows = current.selectExpr("count_if(_is_deleted)", "count(*)").first()  # one job
         assert deleted_rows == 0
         assert rows == len(second.state_at("moma.public.artists"))

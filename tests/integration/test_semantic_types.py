@@ -177,6 +177,7 @@ class _Table:
 
     qualified = "shop.public.t"
     key = "id"
+    keys = ("id",)  # the primary key's columns, as `simulators.tables.Table.keys` gives them
 
     @staticmethod
     def columns_at(version: int):
