@@ -51,11 +51,11 @@ demo-postgres: setup
 	$(PG_DEMO) mirror
 	$(PY) -m simulators.postgres compare --prefix $(PG_PREFIX)
 
-# Two workers, each with a stack and a Spark of its own; each integration module runs whole on one of them
+# Two workers, each with a stack and a Spark of its own; each module runs whole on one of them
 # (tests/conftest.py orders them longest first). TEST_WORKERS=0 runs everything in this one process.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 unit: $(PIP_STAMP)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

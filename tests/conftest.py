@@ -67,26 +67,14 @@ HIVE_CATALOG = CatalogSettings(name="hms", type="hive", uri=f"thrift://127.0.0.1
 EXTRA_CATALOGS = (GLUE_CATALOG, HIVE_CATALOG)
 
 
-# Integration modules, longest first: `make test` hands their work to two workers in this order
-# (`--dist loadgroup --no-loadscope-reorder`), so the long ones start at once and the short ones fill the gaps.
-# Measured with `--durations=0` (docs/testing.md); a module not named here runs after these, before the unit tests.
-LONGEST_FIRST = ("test_kinesis.py", "test_mirror.py", "test_changelog.py", "test_glue_catalog.py",
-                 "test_s3_sqs_source.py", "test_any_names.py", "test_dead_letters.py", "test_mirror_layout.py",
+# Integration modules, longest first: `make test` hands whole modules to two workers in this order
+# (`--dist loadfile --no-loadscope-reorder`: a module's fixtures land its data once), so the long ones start at
+# once and the short ones and the unit tests fill the gaps. Measured with `--durations=0` (docs/testing.md); a
+# module not named here runs after these, before the unit tests.
+LONGEST_FIRST = ("test_mirror.py", "test_kinesis.py", "test_changelog.py", "test_s3_sqs_source.py",
+                 "test_any_names.py", "test_glue_catalog.py", "test_dead_letters.py", "test_mirror_layout.py",
                  "test_api.py", "test_spark_submit.py", "test_mirror_history.py", "test_services.py",
                  "test_status.py", "test_s3_sqs_changelog.py", "test_sql_access.py", "test_debezium_postgres.py")
-# The tests that read the session's `landed_source` run on one worker, which lands it once.
-SHARES_LANDED_SOURCE = "landed_source"
-
-
-def _work_unit(item: pytest.Item) -> str | None:
-    """What must run on one worker with `item`: the tests sharing its module's fixtures (data landed once per
-    module), or those sharing `landed_source`; None when it shares nothing and can run anywhere."""
-    if SHARES_LANDED_SOURCE in item.fixturenames:
-        return SHARES_LANDED_SOURCE
-    fixtures = item._fixtureinfo.name2fixturedefs.values()  # pytest's own record of what the test requests
-    if any(definition.scope == "module" for definitions in fixtures for definition in definitions):
-        return item.path.name
-    return None
 
 
 def _rank(item: pytest.Item) -> int:
@@ -95,14 +83,8 @@ def _rank(item: pytest.Item) -> int:
     return LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the groups into work units
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that share fixtures become one unit of work for pytest-xdist; the rest are units of their own; the
-    longest modules come first. The order is the same in every worker, as xdist requires."""
-    for item in items:
-        unit = _work_unit(item)
-        if unit is not None:
-            item.add_marker(pytest.mark.xdist_group(unit))
+    """The longest modules first; the order is the same in every worker, as pytest-xdist requires."""
     items.sort(key=_rank)  # stable: a module's tests keep their order
 
 
