@@ -14,6 +14,11 @@ way decodes a record with another table's schema, so the rule, per topic and id,
    writes one kind, so the kind an unambiguous id of the same topic showed decides (`SchemaResolver.writers`
    resolves a batch's ids in two passes for this); with none, the id is ambiguous: a dead letter saying to pin it.
 5. None exists: the id is unknown.
+
+Only an id read off a record shows the producer's kind. The ids listed from a topic's subject (every version's
+global and content id, `SchemaResolver.subject_writers`) are each in the subject under the kind they were listed
+by, whatever the producer writes: `writer` reports what an id would show, and the caller tells `saw` when the id
+was read off a record.
 """
 
 from __future__ import annotations
@@ -32,6 +37,14 @@ from registry.subjects import SubjectStrategy, subject_name
 log = structlog.get_logger(__name__)
 PayloadId = Literal["auto", "content", "global"]
 _NATIVE_KIND = {"content": "contentId", "global": "globalId"}
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The writer schema an id names, and the kind of id the topic's producer writes if this id alone shows it."""
+
+    text: str
+    shows: IdKind | None = None
 
 
 def choose(schema_id: int, readings: dict[IdKind, str], in_subject: set[IdKind],
@@ -67,25 +80,27 @@ class ApicurioIds:
     def address(self) -> str:
         return self.client.address
 
-    def writer(self, wire_id: WireId, topic: str) -> str | None:
-        """The writer schema's text, or None when the registry knows no schema by this id."""
+    def writer(self, wire_id: WireId, topic: str) -> Reading | None:
+        """The writer schema an id names, or None when the registry knows no schema by this id."""
         assert isinstance(wire_id.value, int)
-        if wire_id.kind is not None:
-            return self._text(wire_id.kind, wire_id.value)
-        if self.payload_id != "auto":
-            return self._text(self.payload_id, wire_id.value)
+        if wire_id.kind is not None or self.payload_id != "auto":
+            text = self._text(wire_id.kind or self.payload_id, wire_id.value)  # type: ignore[arg-type]
+            return None if text is None else Reading(text)
         readings = {kind: text for kind in ID_KINDS if (text := self._text(kind, wire_id.value)) is not None}
         in_subject = {kind for kind, text in readings.items()
                       if self._subject_holds(topic, text, kind, wire_id.value)}
         kind, shows = choose(wire_id.value, readings, in_subject, self._topic_kinds.get(topic))
         if kind is None:
             return None
-        settled = shows and topic not in self._topic_kinds  # said once a topic, at INFO; each id at DEBUG
-        if shows:
+        log.debug("registry.payload_id", topic=topic, schema_id=wire_id.value, kind=kind,
+                  in_subject=kind in in_subject)
+        return Reading(readings[kind], kind if shows else None)
+
+    def saw(self, topic: str, kind: IdKind, schema_id: int | str) -> None:
+        """A record of `topic` carried an id that shows its producer writes `kind` ids (said once a topic)."""
+        if self._topic_kinds.get(topic) != kind:
             self._topic_kinds[topic] = kind
-        (log.info if settled else log.debug)("registry.payload_id", topic=topic, schema_id=wire_id.value, kind=kind,
-                                             in_subject=kind in in_subject)
-        return readings[kind]
+            log.info("registry.payload_kind", topic=topic, kind=kind, shown_by=schema_id)
 
     def read_as(self) -> str:
         """How a payload id is read, for errors."""

@@ -25,7 +25,7 @@ from registry.ccompat import ConfluentCompatClient
 from registry.factory import schema_registry
 from registry.glue import GlueRegistry
 from registry.ids import AMBIGUOUS, ID_KINDS, UNKNOWN, UnresolvedSchemaId, WireId
-from registry.payload_ids import ApicurioIds
+from registry.payload_ids import ApicurioIds, Reading
 from registry.subjects import SubjectStrategy, subject_name
 
 class SubjectNotFound(RegistryError):
@@ -39,7 +39,7 @@ class SchemaResolver:
     latest_text: Callable[[str], str]  # the subject's latest schema text; raises RegistryError
     apicurio: ApicurioIds | None = None  # ids by kind, when the registry is an Apicurio
     retry_s: float = 0.5
-    _writers: dict[tuple[str, str], str] = field(default_factory=dict, repr=False)
+    _writers: dict[tuple[str, str], Reading] = field(default_factory=dict, repr=False)
 
     @property
     def address(self) -> str:
@@ -50,28 +50,32 @@ class SchemaResolver:
         nothing = uuid.UUID(int=0) if isinstance(self.registry, GlueRegistry) else 0
         unless_not_found(lambda: self.registry.schema(nothing))
 
-    def writer(self, schema_id: str, topic: str = "") -> str:
+    def writer(self, schema_id: str, topic: str = "", observed: bool = True) -> str:
         """The writer schema's text for an id of `topic`'s values. Raises UnresolvedSchemaId when the registry
-        does not know the id (after asking twice) or it names two schemas, RegistryError when it does not answer."""
-        text = self._writers.get((topic, schema_id))
-        if text is None:
+        does not know the id (after asking twice) or it names two schemas, RegistryError when it does not answer.
+        `observed`: the id was read off a record, so it may show which kind of Apicurio id the producer writes."""
+        reading = self._writers.get((topic, schema_id))
+        if reading is None:
             wire_id = WireId.parse(schema_id)
-            text = self._find(wire_id, topic)
-            if text is None:
+            reading = self._find(wire_id, topic)
+            if reading is None:
                 time.sleep(self.retry_s)
-                text = self._find(wire_id, topic)
-            if text is None:
+                reading = self._find(wire_id, topic)
+            if reading is None:
                 raise UnresolvedSchemaId(UNKNOWN, self._unknown(wire_id))
-            self._writers[(topic, schema_id)] = text
-        return text
+            self._writers[(topic, schema_id)] = reading
+        if observed and reading.shows is not None and self.apicurio is not None:
+            self.apicurio.saw(topic, reading.shows, schema_id)
+        return reading.text
 
-    def writers(self, topic: str, schema_ids: Iterable[str]) -> dict[str, str | UnresolvedSchemaId]:
+    def writers(self, topic: str, schema_ids: Iterable[str],
+                observed: bool = True) -> dict[str, str | UnresolvedSchemaId]:
         """`writer` for each of a batch's ids of one topic: the schema text, or why there is none. Ids found
         ambiguous are asked again after the others, which may have shown the kind the topic's producer writes."""
-        found = {schema_id: self._writer_or_why(schema_id, topic) for schema_id in sorted(schema_ids)}
+        found = {schema_id: self._writer_or_why(schema_id, topic, observed) for schema_id in sorted(schema_ids)}
         for schema_id, result in found.items():
             if isinstance(result, UnresolvedSchemaId) and result.error_class == AMBIGUOUS:
-                found[schema_id] = self._writer_or_why(schema_id, topic)
+                found[schema_id] = self._writer_or_why(schema_id, topic, observed)
         return found
 
     def subject_writers(self, topic: str, header_ids: bool) -> dict[str, str]:
@@ -80,7 +84,9 @@ class SchemaResolver:
         without first scanning it for its ids. `header_ids`: the framing reads Apicurio's header ids too.
 
         Empty where the subject cannot be told from the topic alone (a record naming strategy) or the registry
-        cannot list a subject's ids (not an Apicurio): the stage then finds a batch's ids by reading it."""
+        cannot list a subject's ids (not an Apicurio): the stage then finds a batch's ids by reading it. An id
+        whose kind only the producer's other ids can tell (`registry/payload_ids.py`) is left out until a record
+        has shown that kind: the stage reads the records that carry it the planned way, which shows it."""
         if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC:
             return {}
         versions = self.apicurio.client.versions(subject_name(self.strategy, topic, None))
@@ -89,16 +95,16 @@ class SchemaResolver:
         candidates = {str(n) for kind in kinds for n in numbers[kind]}
         if header_ids:
             candidates |= {f"{kind}:{n}" for kind, ns in numbers.items() for n in ns}
-        return {schema_id: text for schema_id, text in self.writers(topic, candidates).items()
+        return {schema_id: text for schema_id, text in self.writers(topic, candidates, observed=False).items()
                 if isinstance(text, str)}
 
-    def _writer_or_why(self, schema_id: str, topic: str) -> str | UnresolvedSchemaId:
+    def _writer_or_why(self, schema_id: str, topic: str, observed: bool) -> str | UnresolvedSchemaId:
         try:
-            return self.writer(schema_id, topic)
+            return self.writer(schema_id, topic, observed)
         except UnresolvedSchemaId as exc:
             return exc
 
-    def _find(self, wire_id: WireId, topic: str) -> str | None:
+    def _find(self, wire_id: WireId, topic: str) -> Reading | None:
         if isinstance(wire_id.value, uuid.UUID) != isinstance(self.registry, GlueRegistry):
             raise UnresolvedSchemaId(UNKNOWN, f"{wire_id.describe()} cannot name a schema in this "
                                      f"registry ({self.address}): set registry.backend to the producer's")
@@ -107,7 +113,8 @@ class SchemaResolver:
         if wire_id.kind is not None:
             raise UnresolvedSchemaId(UNKNOWN, f"{wire_id.describe()} is an Apicurio id, and the "
                                      f"registry at {self.address} is not an Apicurio: point registry.url at it")
-        return unless_not_found(lambda: self.registry.schema(wire_id.value))
+        text = unless_not_found(lambda: self.registry.schema(wire_id.value))
+        return None if text is None else Reading(text)
 
     def _unknown(self, wire_id: WireId) -> str:
         where = f"the registry at {self.address}"

@@ -9,6 +9,7 @@ import uuid
 import pytest
 import structlog
 
+from registry.apicurio import ArtifactVersion
 from registry.backend import RegistryError
 from registry.ids import UnresolvedSchemaId, WireId
 from registry.payload_ids import ApicurioIds, choose
@@ -34,7 +35,7 @@ class FakeApicurio:
 
     def __init__(self, versions: list[tuple[str, int, int, str]], late: set[tuple[str, int]] = frozenset(),
                  down: bool = False) -> None:
-        self.versions, self.late, self.down = versions, set(late), down
+        self.registered, self.late, self.down = versions, set(late), down
         self.asked: list[tuple[str, int]] = []
 
     def _find(self, kind: str, schema_id: int) -> str:
@@ -43,7 +44,7 @@ class FakeApicurio:
         self.asked.append((kind, schema_id))
         if (kind, schema_id) in self.late and self.asked.count((kind, schema_id)) == 1:
             raise RegistryError("not yet", status=404)
-        for _, global_id, content_id, text in self.versions:
+        for _, global_id, content_id, text in self.registered:
             if (global_id if kind == "global" else content_id) == schema_id:
                 return text
         raise RegistryError("no such id", status=404)
@@ -56,7 +57,12 @@ class FakeApicurio:
 
     def holds(self, artifact_id: str, kind: str, schema_id: int) -> bool:
         index = 1 if kind == "globalId" else 2
-        return any(v[0] == artifact_id and v[index] == schema_id for v in self.versions)
+        return any(v[0] == artifact_id and v[index] == schema_id for v in self.registered)
+
+    def versions(self, artifact_id: str) -> list[ArtifactVersion]:
+        return [ArtifactVersion("default", artifact_id, str(n), global_id, content_id)
+                for n, (_, global_id, content_id, _) in enumerate(
+                    [v for v in self.registered if v[0] == artifact_id], start=1)]
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +129,19 @@ def test_an_ambiguous_id_takes_the_kind_another_id_of_the_topic_showed() -> None
     assert _resolver(fake, payload_id="content").writer("4", TOPIC) == V2  # or pinned
 
 
+def test_the_ids_listed_from_a_subject_show_nothing_about_the_producers_kind() -> None:
+    # CI's case: orders v1 is global 78 / content 79, v2 global 79 / content 80; content 78 and global 80 are
+    # other tables'. Listed from the subject, 78 is in it only as a global id, which says nothing of the producer
+    # (content ids here): 79 must stay undecided until a record shows the kind, then read as v1.
+    fake = FakeApicurio([("other-key", 77, 78, OTHER), (SUBJECT, 78, 79, V1), (SUBJECT, 79, 80, V2),
+                         ("employee-value", 80, 81, OTHER)])
+    resolver = _resolver(fake)
+    listed = resolver.subject_writers(TOPIC, header_ids=False)
+    assert "79" not in listed and listed["80"] == V2 and listed["78"] == V1
+    assert resolver.writers(TOPIC, ["79", "80"]) == {"79": V1, "80": V2}  # 80 was read off a record: content
+    assert resolver.subject_writers(TOPIC, header_ids=False)["79"] == V1  # the next batch lists it
+
+
 def test_header_ids_name_their_kind() -> None:
     fake = FakeApicurio([(SUBJECT, 4, 2, V1), ("other-value", 5, 3, OTHER), (SUBJECT, 6, 4, V2)])
     assert _resolver(fake).writer("global:4", TOPIC) == V1
@@ -132,7 +151,7 @@ def test_header_ids_name_their_kind() -> None:
 
 def test_an_unknown_id_is_asked_again_after_the_backoff_then_named_with_its_kind_and_the_registry() -> None:
     fake = FakeApicurio([(SUBJECT, 4, 2, V1)], late={("global", 9)})
-    fake.versions.append((SUBJECT, 9, 7, V2))
+    fake.registered.append((SUBJECT, 9, 7, V2))
     started = time.monotonic()
     assert _resolver(fake, retry_s=0.05).writer("global:9", TOPIC) == V2  # registered a moment after the first ask
     assert time.monotonic() - started >= 0.05 and fake.asked == [("global", 9), ("global", 9)]
