@@ -51,6 +51,15 @@ def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str
     return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
 
 
+def _merge_rows_metrics_race(exc: Exception) -> bool:
+    """Spark 4.1's `MergeRowsExec` makes its metrics lazily from the driver's session; a copy of the operator
+    that reaches a task before anything on the driver read them fails there with a NullPointerException
+    (`SparkPlan.session()` is null on an executor). Copy-on-write MERGEs count copied rows through it, so one
+    may fail at random; the failed job commits nothing, and running the statement again plans it anew."""
+    text = str(exc)
+    return "NullPointerException" in text and "MergeRowsExec" in text
+
+
 DELTA_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 
@@ -219,7 +228,16 @@ class IcebergLakeTable:
         view = f"changes_{self.name}"
         source.createOrReplaceTempView(view)
         with session_conf(self.spark, snapshot_properties(metadata)):
-            self.spark.sql(merge_sql(self.ref, quote(view), clauses))
+            statement = merge_sql(self.ref, quote(view), clauses)
+            try:
+                self.spark.sql(statement)
+            except Exception as exc:  # noqa: BLE001 - only the one upstream failure below is retried
+                if not _merge_rows_metrics_race(exc):
+                    raise
+                log.warning("lake.merge_retried", table=self.ref, reason="Spark MergeRowsExec metrics race",
+                            hint="a copy-on-write MERGE task read the operator's metrics before the driver had "
+                                 "made them; the job failed before its commit, so it runs again")
+                self.spark.sql(statement)
         self.spark.catalog.dropTempView(view)
 
     def commit_time(self, commit: int) -> str | None:
