@@ -86,7 +86,8 @@ class SchemaResolver:
         Empty where the subject cannot be told from the topic alone (a record naming strategy) or the registry
         cannot list a subject's ids (not an Apicurio): the stage then finds a batch's ids by reading it. An id
         whose kind only the producer's other ids can tell (`registry/payload_ids.py`) is left out until a record
-        has shown that kind: the stage reads the records that carry it the planned way, which shows it."""
+        has shown that kind: the stage lands the records that carry it the planned way, after it has passed
+        the ids the other records carried to `writers`."""
         if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC:
             return {}
         versions = self.apicurio.client.versions(subject_name(self.strategy, topic, None))

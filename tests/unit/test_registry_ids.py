@@ -138,8 +138,18 @@ def test_the_ids_listed_from_a_subject_show_nothing_about_the_producers_kind() -
     resolver = _resolver(fake)
     listed = resolver.subject_writers(TOPIC, header_ids=False)
     assert "79" not in listed and listed["80"] == V2 and listed["78"] == V1
-    assert resolver.writers(TOPIC, ["79", "80"]) == {"79": V1, "80": V2}  # 80 was read off a record: content
+    # the stage's one pass lands the records of 80 and reports the ids it saw; then the rest, planned, reads 79
+    resolver.writers(TOPIC, ["80"])
+    assert resolver.writers(TOPIC, ["79"]) == {"79": V1}
     assert resolver.subject_writers(TOPIC, header_ids=False)["79"] == V1  # the next batch lists it
+
+
+def test_a_listed_id_alone_leaves_an_ambiguous_id_undecided() -> None:
+    fake = FakeApicurio([(SUBJECT, 78, 79, V1), (SUBJECT, 79, 80, V2)])
+    resolver = _resolver(fake)
+    resolver.subject_writers(TOPIC, header_ids=False)  # 78 is listed, in the subject only as a global id
+    alone = resolver.writers(TOPIC, ["79"])["79"]
+    assert isinstance(alone, UnresolvedSchemaId) and alone.error_class == "AmbiguousSchemaId"
 
 
 def test_header_ids_name_their_kind() -> None:

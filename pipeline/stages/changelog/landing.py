@@ -305,11 +305,15 @@ class Landing:
                    & ~F.col("compressed"))
         tombstone = F.col("kind") == Kind.TOMBSTONE.value
         counts = (F.count(F.lit(1)).alias("rows"), F.count_if(tombstone).alias("tombstones"),
-                  F.count_if(~handled & ~tombstone).alias("rest"))
+                  F.count_if(~handled & ~tombstone).alias("rest"),
+                  F.collect_set(F.when(handled, F.col("schema_id"))).alias("ids"))
         seen = Observation(f"one pass {topic} {report.batch_id}")
         dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
                                  report, grouped=(by_reader, {}))
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
+        # the ids records carried may show which kind of Apicurio id the producer writes, which the rest's ids
+        # (and the next batch's listing) may need (`registry/payload_ids.py`)
+        self.resolver.writers(topic, observed["ids"])
         report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
         report.rows_in += observed["rows"]
         report.tombstones += observed["tombstones"]
