@@ -20,8 +20,10 @@ from typing import Any
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-CONTROL_OPERATIONS = ("create-table", "drop-table", "add-column", "drop-column", "rename-column",
-                      "column-type-change")
+# AWS's list for the Kafka and Kinesis targets (control records: IncludeControlDetails,
+# IncludeTableAlterOperations)
+CONTROL_OPERATIONS = ("create-table", "rename-table", "drop-table", "change-columns", "add-column", "drop-column",
+                      "rename-column", "column-type-change")
 
 
 def _metadata(parsed: Column, name: str) -> Column:

@@ -241,14 +241,17 @@ def _unwrapped(schema: StructType, db: str, fmt: str) -> Parts:
 def _dms(schema: StructType, db: str, fmt: str) -> Parts:
     v, meta_in = F.col("v"), F.col("v")["metadata"]
     op = F.coalesce(*[F.when(meta_in["operation"] == dms, F.lit(canonical)) for dms, canonical in DMS_OPS.items()])
-    source_ts = F.to_timestamp(meta_in["timestamp"])
+    built = F.to_timestamp(meta_in["timestamp"])  # when DMS built the message: in the order it sends them
+    metadata_fields = schema["v"].dataType["metadata"].dataType.fieldNames()  # type: ignore[union-attr]
+    committed = (F.coalesce(F.to_timestamp(meta_in["commit_timestamp"]), built)
+                 if "commit_timestamp" in metadata_fields else built)
     snapshot = op == "r"
     meta = {
         "_op": op,
         "_deleted": op == "d",
-        "_source_ts": source_ts,
-        "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(F.unix_micros(source_ts)),
-        "_seq_minor": meta_in["transaction_record_id"],
+        "_source_ts": committed,
+        "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(F.unix_micros(built)),
+        "_seq_minor": F.coalesce(meta_in["transaction_record_id"], F.lit(0)),
         "_source": _source(fmt, F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
                            meta_in["transaction_id"], snapshot),
     }

@@ -1,15 +1,18 @@
 """AWS DMS on Kafka: every table of a task on one topic, routed by each record's own table metadata, as on
 Kinesis; control records counted, never dead-lettered, their table-def kept as the table's key.
 
-The records are those of AWS's DMS Kafka target documentation (a `create-table` control record with
-`table-def`, sent with `IncludeControlDetails`, then an insert into `sbtest.sbtest_x` with the transaction
-details), and two tables with the same key value on one topic, as a task writes them by default."""
+The records are those of AWS's DMS Kafka target documentation: a `create-table` control record with
+`table-def`, sent with `IncludeControlDetails` (the documentation's names table `sbtest_t1`; here it is the
+`sbtest_x` its insert goes to), an insert into `sbtest.sbtest_x` with the transaction details, and the same
+insert as a task sends it by default, without them. Then two tables with the same key value on one topic, and
+control records of every operation AWS lists that the other records do not show."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,13 @@ INSERT_SBTEST = {"data": {"id": 100000161, "fname": "val61s", "lname": "val61s",
                               "stream-position": "mysql-bin-changelog.002171:36912271:0:36912333:9324410911751:"
                                                  "mysql-bin-changelog.002171:36912209"}}
 
+TRANSACTION_DETAILS = ("transaction-id", "transaction-record-id", "prev-transaction-id", "prev-transaction-record-id",
+                       "commit-timestamp", "stream-position")
+INSERT_BY_DEFAULT = {"data": {**INSERT_SBTEST["data"], "id": 100000162},  # IncludeTransactionDetails is off
+                     "metadata": {**{k: v for k, v in INSERT_SBTEST["metadata"].items()
+                                     if k not in TRANSACTION_DETAILS},
+                                  "partition-key-value": "sbtest.sbtest_x.100000162"}}
+
 
 def _data(table: str, row: dict, position: int) -> dict:
     return {"data": row, "metadata": {"timestamp": f"2019-11-22T00:00:0{position}.000000Z", "record-type": "data",
@@ -59,11 +69,13 @@ def _control(table: str, operation: str, table_def: dict | None = None, schema: 
 CUSTOMERS_DEF = {"columns": {"cust_id": {"type": "INT4", "nullable": False}, "name": {"type": "WSTRING"}},
                  "primary-key": ["cust_id"]}
 FIRST = [_control("customers", "create-table", CUSTOMERS_DEF)]  # alone in its run: its table comes later
-SECOND = [CREATE_SBTEST, INSERT_SBTEST,
+SECOND = [CREATE_SBTEST, INSERT_SBTEST, INSERT_BY_DEFAULT,
           _data("sbtest_x", {"id": 1, "fname": "a", "lname": "b", "REGION": "eu"}, 1),
           _data("orders", {"id": 1, "amount": 9.5}, 2),
           _data("customers", {"cust_id": 7, "name": "c"}, 3),
           _control("sbtest_x", "add-column"),  # IncludeTableAlterOperations, no table-def
+          _control("sbtest_x", "change-columns"),
+          _control("orders", "rename-table"),
           _control("awsdms_apply_exceptions", "create-table", schema="")]  # the task's own control table
 
 
@@ -106,12 +118,19 @@ def _rows(spark, landed: Landed, table: str) -> list[dict]:
 
 def test_each_table_of_one_topic_lands_in_its_own_changelog_table(landed: Landed, spark) -> None:
     sbtest, orders = _rows(spark, landed, "sbtest_x"), _rows(spark, landed, "orders")
-    assert sorted(row["id"] for row in sbtest) == [1, 100000161]
+    assert sorted(row["id"] for row in sbtest) == [1, 100000161, 100000162]
     assert [(row["id"], row["amount"]) for row in orders] == [(1, 9.5)]
     assert "amount" not in sbtest[0] and "fname" not in orders[0]  # no columns merged across tables
     documented = next(row for row in sbtest if row["id"] == 100000161)
     assert (documented["fname"], documented["REGION"], documented["_op"]) == ("val61s", "val61s", "c")
     assert documented["_source"]["schema"] == "sbtest" and documented["_source"]["table"] == "sbtest_x"
+    assert documented["_source"]["tx_id"] == "9324410911751"
+    # the commit time, not when DMS built the message (22:53:59.721201)
+    assert documented["_source_ts"] == datetime(2019, 10, 31, 22, 53, 55)
+    assert documented["_seq"]["source_minor"] == 1
+    by_default = next(row for row in sbtest if row["id"] == 100000162)  # no transaction details: the message time
+    assert by_default["_source_ts"] == datetime(2019, 10, 31, 22, 53, 59, 721201)
+    assert by_default["_source"]["tx_id"] is None and by_default["_seq"]["source_minor"] == 0
     names = table_names(landed.cfg, spark, "changelog")
     assert f"{landed.db}_{landed.db}" not in names  # nothing routed by the topic
     assert f"{landed.db}_awsdms_apply_exceptions" not in names  # a control record lands no row
@@ -122,7 +141,7 @@ def test_control_records_are_counted_and_never_dead_lettered(landed: Landed, spa
     for report in landed.reports:
         for operation, n in report.control.items():
             counted[operation] = counted.get(operation, 0) + n
-    assert counted == {"create-table": 3, "add-column": 1}
+    assert counted == {"create-table": 3, "add-column": 1, "change-columns": 1, "rename-table": 1}
     letters = lake_table(landed.cfg, spark, "changelog", landed.cfg.changelog.dead_letter_table)
     if letters.exists():
         assert letters.read().where(f"topic LIKE '{landed.db}%'").count() == 0
@@ -159,5 +178,5 @@ def test_the_mirror_takes_dms_keys_and_names_the_keyless_table_while_the_others_
     assert f"mirror.keys.{landed.db}_orders" in str(raised.value)
     assert sorted(report.table for report in raised.value.reports) == [names[0], names[2]]
     mirrored = lake_table(landed.cfg, spark, "mirror", f"{landed.db}_sbtest_x").read()
-    assert sorted(row["id"] for row in mirrored.collect()) == [1, 100000161]
+    assert sorted(row["id"] for row in mirrored.collect()) == [1, 100000161, 100000162]
     assert not lake_table(landed.cfg, spark, "mirror", f"{landed.db}_orders").exists()

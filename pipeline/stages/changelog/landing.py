@@ -487,7 +487,7 @@ class Landing:
                     else decode.dms_json(json_rows, plan.row_type))
             decoded.append(("dms-json", part, "WireFormatError",
                             "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
-                            "(operation, timestamp, transaction-record-id)", None))
+                            "(an operation and a timestamp)", None))
         if not decoded:
             return dead, None
         keys = self.cfg.mirror.key_columns(name) or self._key(name, plan.topic, {fmt for fmt, *_ in decoded})
