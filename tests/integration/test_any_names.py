@@ -29,7 +29,7 @@ from pipeline.stages.mirror import MirrorStage
 from cdc.columns import lake_column
 from tables.names import lake_table_name, quote
 from tests.integration.test_odd_names import put_dms_files
-from tests.unit.test_columns import LAKE_COLUMNS, PIPELINE_COLUMNS
+from tests.unit.test_columns import PIPELINE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +59,20 @@ TABLES = st.fixed_dictionaries({
 }).filter(lambda t: _distinct([t["key"], *t["columns"]]))
 
 
+# A name of each kind the lake and its readers use (changelog, mirror, SCD2, TOAST, the table format's, the DMS file
+# reader's, Spark's), spread over the example's tables beside the drawn names: each column costs the example time,
+# and `tests/unit/test_columns.py` maps every pipeline name.
+SPREAD = ["_seq", "_op", "_is_deleted", "_source_ts", "_deleted_at", "_valid_from", "_unchanged", "_deleted",
+          "_file_row", "_metadata"]
+
+
 def _with_pipeline_names(sources: list[dict]) -> list[dict]:
-    """The example's tables with the name of every pipeline column of changelog and mirror tables, and of the
-    DMS file reader's (`_file_path`, and Spark's `_metadata`), among their columns, spread over the tables, so
-    the one example tries each of them whatever it drew (`tests/unit/test_columns.py` maps every name)."""
-    names = [*LAKE_COLUMNS, "_file_path", "_metadata"]
+    """The example's tables with the `SPREAD` names among their columns, so the one example tries each of them
+    whatever it drew."""
     spread = []
     for i, source in enumerate(sources):
         taken = {n.casefold() for n in [source["key"], *source["columns"]]}
-        extra = [n for n in names[i::len(sources)] if n.casefold() not in taken]
+        extra = [n for n in SPREAD[i::len(sources)] if n.casefold() not in taken]
         spread.append({**source, "columns": [*source["columns"], *extra]})
     return spread
 

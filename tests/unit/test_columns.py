@@ -15,13 +15,11 @@ from cdc.normalize import META_COLUMNS
 from cdc.scd2 import DROP, VERSION_COLUMNS
 from tables.views import LATEST_RANK
 
-# The columns of changelog and mirror tables (SCD1 and SCD2) that are the pipeline's, and Iceberg's `_deleted`.
-LAKE_COLUMNS = sorted({*META_COLUMNS, *CHANGELOG_ONLY, *TOMBSTONE, *VERSION_COLUMNS, "_deleted"})
-# Those and the columns the pipeline works with beside a source's (its own, and the ones Spark and the table
-# formats add): a source column may carry any of these names.
-PIPELINE_COLUMNS = sorted({*LAKE_COLUMNS, *FILE_COLUMNS, UNCHANGED, FROM_BASE, DROP, LATEST_RANK, VALID, PARSED, BODY,
-                           "_row", "_spark_path", "_metadata", "_commit", "_rank", "_t_seq", "_t_ts", "_file", "_pos",
-                           "_change_type"})
+# The columns the pipeline writes into changelog and mirror tables (SCD1 and SCD2) or works with beside a source's
+# (its own, and the ones Spark and the table formats add): a source column may carry any of these names.
+PIPELINE_COLUMNS = sorted({*META_COLUMNS, *CHANGELOG_ONLY, *TOMBSTONE, *VERSION_COLUMNS, *FILE_COLUMNS, UNCHANGED,
+                           FROM_BASE, DROP, LATEST_RANK, VALID, PARSED, BODY, "_row", "_spark_path", "_metadata",
+                           "_commit", "_rank", "_t_seq", "_t_ts", "_deleted", "_file", "_pos", "_change_type"})
 
 
 def test_every_column_the_pipeline_adds_is_its_own() -> None:
