@@ -29,6 +29,7 @@ import structlog
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from cdc.columns import lake_column, source_column, source_columns
 from cdc.decode import VALID
 from tables.names import column
 
@@ -198,17 +199,20 @@ def _csv(spark: SparkSession, files: list[DmsFile], headers: Mapping[str, tuple[
 
 
 def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_index: bool = True) -> DataFrame:
-    """The files' columns, then `FILE_COLUMNS`; what is the same for a file's rows is looked up by the file,
-    not computed row by row. Without Spark's `row_index` (CSV), a file's rows are numbered as they come: in
-    order, in one task."""
+    """The files' columns under their lake names (`cdc/columns.py`: a file's `_file_row` or `_metadata` column
+    is no file column of ours, nor Spark's), then `FILE_COLUMNS`; what is the same for a file's rows is looked
+    up by the file, not computed row by row. Without Spark's `row_index` (CSV), a file's rows are numbered as
+    they come: in order, in one task."""
     from pyspark.sql import Window
 
-    data = frame.columns
+    data = [lake_column(name) for name in frame.columns]
+    renamed = [column(name).alias(lake_column(name)) for name in frame.columns]
+    spark_file = frame.metadataColumn("_metadata")  # Spark's, even when the file has a `_metadata` column
     if row_index:
-        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"),
-                             F.col("_metadata.row_index").alias("_file_row"))
+        frame = frame.select(*renamed, spark_file["file_path"].alias("_spark_path"),
+                             spark_file["row_index"].alias("_file_row"))
     else:
-        frame = frame.select("*", F.col("_metadata.file_path").alias("_spark_path"))
+        frame = frame.select(*renamed, spark_file["file_path"].alias("_spark_path"))
         frame = frame.withColumn("_file_row", (F.row_number().over(Window.partitionBy("_spark_path").orderBy(
             F.monotonically_increasing_id())) - 1).cast("bigint"))
     # Spark names a file by its URI (`Order%20Items`): back to the announced path and its event time
@@ -224,9 +228,9 @@ def _located(spark: SparkSession, frame: DataFrame, files: list[DmsFile], row_in
 
 
 def _shaped(rows: DataFrame, table: DmsFile) -> DataFrame:
-    """The files' columns in one struct `_row` (a table may have a column named `offset` or `db`), the row as
-    JSON in `value` (for a dead letter), the file columns and the table's names."""
-    data = F.struct(*[column(name) for name in rows.columns if name not in FILE_COLUMNS])
+    """The files' columns in one struct `_row` under their own names (a table may have a column named `offset`
+    or `db`), the row as JSON in `value` (for a dead letter), the file columns and the table's names."""
+    data = F.struct(*[column(name).alias(source_column(name)) for name in source_columns(rows.columns)])
     return rows.select(data.alias("_row"), F.to_json(data).alias("value"), *FILE_COLUMNS,
                        F.lit(table.db).alias("db"), F.lit(table.schema).alias("schema_name"),
                        F.lit(table.table).alias("table_name"))

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from cdc.columns import is_pipeline_column, source_columns
 from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def prepared(changes: DataFrame) -> DataFrame:
     if UNCHANGED not in rows.columns:
         return rows
     return rows.select(*[F.when(F.array_contains(UNCHANGED, c), F.lit(None)).otherwise(column(c)).alias(c)
-                         if not c.startswith("_") else column(c) for c in rows.columns])
+                         if not is_pipeline_column(c) else column(c) for c in rows.columns])
 
 
 def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
@@ -72,7 +73,7 @@ def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: Window
     ones no change of the batch carried stay in `_unchanged`, for the MERGE to keep the mirror's value."""
     from pyspark.sql import functions as F
 
-    columns = [c for c in changes.columns if not c.startswith("_") and c not in keys]
+    columns = data_columns(changes.columns, keys)
     carried = {c: F.first(F.when(~F.array_contains(UNCHANGED, c), F.struct(column(c).alias("v"))), ignorenulls=True)
                .over(this_and_older) for c in columns}
     still = F.array_compact(F.array(*[F.when(carried[c].isNull(), F.lit(c)) for c in columns]))
@@ -128,7 +129,7 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
     every = {quoted[c]: f"s.{quoted[c]}" for c in columns}
     kept = {quoted[c]: f"CASE WHEN array_contains(s.{UNCHANGED}, {sql_string(c)}) THEN t.{quoted[c]} "
                        f"ELSE s.{quoted[c]} END"
-            for c in columns if carries and not c.startswith("_") and c not in keys}
+            for c in (data_columns(columns, keys) if carries else [])}
     update = {**every, **kept}
     # A soft delete keeps the row's last known values and records only the deletion.
     tombstone = {quoted[c]: f"s.{quoted[c]}" for c in TOMBSTONE if c in quoted}  # `_source`: the changelog's only
@@ -157,9 +158,9 @@ def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft
 
 
 def data_columns(columns: list[str], keys: Sequence[str]) -> list[str]:
-    """The source's own columns among `columns`: not a key, not one of the pipeline's `_` columns. Only these
-    can be left unknown by a change (a TOAST placeholder, a delete)."""
-    return [c for c in columns if not c.startswith("_") and c not in keys]
+    """The source's own columns among `columns` (`cdc/columns.py`), but the key. Only these can be left
+    unknown by a change (a TOAST placeholder, a delete)."""
+    return [c for c in source_columns(columns) if c not in keys]
 
 
 @dataclass(frozen=True)

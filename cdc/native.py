@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
+from cdc.columns import lake_column
 from cdc.framing import Framing
 from cdc.normalize import read_schema, toast_in_key, transport
 from cdc.semantic_types import field_semantics
@@ -40,9 +41,13 @@ def available(spark: SparkSession) -> bool:
 
 def reads(reader: dict[str, Any], writers: list[dict[str, Any]]) -> bool:
     """Whether the function decodes this subject: Debezium envelopes whose row columns, in the reader and in every
-    writer, are plain Avro types (optionally nullable) with no Kafka Connect semantic type."""
+    writer, are plain Avro types (optionally nullable) with no Kafka Connect semantic type, and keep their names
+    in the lake (`cdc/columns.py`): the function's struct holds them beside `_op`, `_seq`…, where a source column
+    `_op` would be a second field of that name."""
     rows = [_plain_row(schema) for schema in (reader, *writers)]
     if any(row is None for row in rows):
+        return False
+    if any(lake_column(f["name"]) != f["name"] for row in rows for f in row):  # type: ignore[union-attr]
         return False
     if any(semantic.name for semantic in field_semantics(reader, "debezium").values()):
         return False

@@ -2,8 +2,8 @@
 
 Input: one row per Kafka message with the decoded value in a struct column `v` (the writer's record read into
 the latest reader schema) and the Kafka columns `topic`, `partition`, `offset`, `timestamp`. Output: the source
-table's columns, then `_op`, `_is_deleted`, `_source_ts`, `_seq`, `_source`, `_transport`, `_schema_id`,
-`_unchanged`.
+table's columns (named by `cdc/columns.py`: one `_` more in front of a name that starts with `_`), then `_op`,
+`_is_deleted`, `_source_ts`, `_seq`, `_source`, `_transport`, `_schema_id`, `_unchanged`.
 
 Row columns get the lake type their semantic type means (`cdc/semantic_types.py`, docs/types.md), from the
 reader schema's Kafka Connect annotations. A Debezium TOAST placeholder (an unchanged large value) becomes null
@@ -28,6 +28,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from cdc import semantic_types
+from cdc.columns import lake_column
 from cdc.semantic_types import Semantic
 
 if TYPE_CHECKING:
@@ -96,10 +97,10 @@ def _normalized(fmt: str, db: str, reader: str | None, schema: StructType) -> tu
     for f in row_type.fields:
         value = semantic_types.convert(f.name, image[f.name], f.dataType, semantics.get(f.name, Semantic(None, {})))
         row.append((F.when(placeholders[f.name], None).otherwise(value) if f.name in placeholders else value)
-                   .alias(f.name))
+                   .alias(lake_column(f.name)))
     # array_remove, not array_compact: the latter is a lambda (`filter`), which Spark cannot compile, so the
     # whole normalising projection ran interpreted (the columns' names are never empty)
-    toasted = [F.when(found, F.lit(name)).otherwise(F.lit("")) for name, found in placeholders.items()]
+    toasted = [F.when(found, F.lit(lake_column(name))).otherwise(F.lit("")) for name, found in placeholders.items()]
     unchanged = F.array_remove(F.array(*toasted), "") if toasted else F.array().cast("array<string>")
     seq_major, seq_minor = meta.pop("_seq_major"), meta.pop("_seq_minor")
     return (
@@ -119,8 +120,8 @@ def _normalized(fmt: str, db: str, reader: str | None, schema: StructType) -> tu
 
 def rejections(decoded: DataFrame, fmt: str, reader: str | None, keys: list[str]) -> list[tuple[Column, str, str]]:
     """Decoded rows that must not land, as (condition, error class, message): a TOAST placeholder in a key
-    column (`keys`: the table's configured key), and a VariableScaleDecimal too large for decimal(38, 18).
-    Each condition is false, never null."""
+    column (`keys`: the table's key, in the lake's names, `cdc/columns.py`), and a VariableScaleDecimal too
+    large for decimal(38, 18). Each condition is false, never null."""
     return list(_rejections(fmt, reader, tuple(keys), decoded.schema))
 
 
@@ -129,7 +130,7 @@ def _rejections(fmt: str, reader: str | None, keys: tuple[str, ...], schema: Str
                 ) -> tuple[tuple[Column, str, str], ...]:
     image, row_type, _ = FORMATS[fmt](schema, "", fmt)
     found = [(F.coalesce(condition, F.lit(False)), *toast_in_key(name))
-             for name, condition in _placeholders(image, row_type, fmt).items() if name in keys]
+             for name, condition in _placeholders(image, row_type, fmt).items() if lake_column(name) in keys]
     for name, semantic in _semantics(fmt, reader).items():
         condition = semantic_types.overflows(image[name], semantic) if name in row_type.fieldNames() else None
         if condition is not None:

@@ -19,6 +19,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from cdc.columns import is_pipeline_column
 from pipeline.stack.psql import Psql
 from tables.names import SourceTable
 
@@ -338,7 +339,8 @@ def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_
     lake_types = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
     wrong = [f"{c.name}: lake {lake_types.get(c.name, 'missing')}, expected {c.lake_type} (source {c.pg_type})"
              for c in source_columns(psql, source_table) if lake_types.get(c.name) != c.lake_type]
-    comparable = [c for c in mirror.columns if c.startswith("_") or not any(w.startswith(f"{c}:") for w in wrong)]
+    comparable = [c for c in mirror.columns
+                  if is_pipeline_column(c) or not any(w.startswith(f"{c}:") for w in wrong)]
     key = KEYS[source_table]
     expected = {row[key]: row for row in lake_rows(psql, source_table)}
     return Comparison(wrong, compare(spark, mirror.select(*comparable), expected, [key], lake_name, source_table))

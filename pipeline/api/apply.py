@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import structlog
 
+from cdc.columns import is_pipeline_column, source_columns
 from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, prepared, truncated
 from cdc.scd2 import VERSION_COLUMNS, is_history, truncates_as_deletes
 from cdc.validate import ChangeError, check_changes, check_columns, check_key_types
@@ -140,7 +141,7 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
     else:
         raise ChangeError(f"{name}: sequence_by column {sequence_by} is {kind.simpleString()}; use a number or a "
                           "timestamp that orders each key's changes")
-    data = [c for c in source.columns if not c.startswith("_") and c not in keys and c != sequence_by]
+    data = [c for c in source_columns(source.columns) if c not in keys and c != sequence_by]
     kept = [c for c in data if (column_list is None or c in column_list) and c not in (except_column_list or [])]
     deleted = (F.coalesce(F.expr(apply_as_deletes), F.lit(False)) if apply_as_deletes
                else F.col("_is_deleted") if "_is_deleted" in source.columns else F.lit(False))
@@ -161,7 +162,7 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
     wanted = {*keys, *kept, sequence_by} - {CANONICAL_SEQUENCE}
     # The source's column order, the canonical columns where the source has them, else at the end.
     own = [canonical[c].alias(c) if c in canonical else column(c) for c in source.columns
-           if c in wanted or c.startswith("_")]
+           if c in wanted or is_pipeline_column(c)]
     return source.select(*own, *[canonical[c].alias(c) for c in canonical if c not in source.columns])
 
 

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from cdc.columns import is_pipeline_column
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime import jvm
 
@@ -208,7 +209,7 @@ def cmd_history(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
     changes = timetravel.history(cfg, get_spark(cfg), args.table, args.key).collect()
     for row in changes:
-        values = {k: v for k, v in row.asDict().items() if not k.startswith("_")}
+        values = {k: v for k, v in row.asDict().items() if not is_pipeline_column(k)}
         print(f"{row['_op']}  {row['_source_ts']}  commit {row['_commit']}  {json.dumps(values, default=str)}")
     print(f"{len(changes)} changes of {args.table} key {args.key}")
     return EXIT_OK

@@ -14,6 +14,7 @@ import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Callable
 
+from cdc.columns import source_columns
 from cdc.merge import state_as_of
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import table_keys
@@ -132,7 +133,7 @@ def history(cfg: PipelineConfig, spark: SparkSession, table: str, key: str) -> D
                          f"{', '.join(table_names(cfg, spark, cfg.changelog.namespace)) or 'none'}")
     rows = changelog.read_with_commits(parse_key(table_keys(cfg, table, changelog), key))
     first_delivery = Window.partitionBy("_seq.source_major", "_seq.source_minor").orderBy("_seq")
-    columns = [c for c in rows.columns if not c.startswith("_")]
+    columns = source_columns(rows.columns)
     return (rows.withColumn("_rank", F.row_number().over(first_delivery)).where("_rank = 1")  # duplicates once
             .orderBy("_seq").select("_op", "_source_ts", "_commit", "_seq", *map(column, columns)))
 

@@ -14,13 +14,14 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from cdc.columns import source_column, source_columns
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorError, table_keys, with_table_keys
 from simulators.semantic import lake_value
 from simulators.truth import TruthStore
 from tables.history import tracked_columns
 from tables.lake import lake_table, table_names
-from tables.names import LakeNames
+from tables.names import LakeNames, column
 from tables.pending import mirror_state
 
 if TYPE_CHECKING:
@@ -89,19 +90,21 @@ def source_time_us(source_time: str) -> int:
 def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str, Any]], keys: list[str],
             table: str, truth_table: str, column_types: dict[str, Any] | None = None) -> TableVerdict:
     """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table, reading
-    truth values by the source's `column_types` (the truth's `column_types`; none: as they are)."""
+    truth values by the source's `column_types` (the truth's `column_types`; none: as they are). The truth names
+    columns as the source does, the lake as `cdc/columns.py` does."""
     from pyspark.sql import functions as F
 
-    columns = [c for c in lake.columns if not c.startswith("_")]
-    schema = lake.select(*columns).schema
+    columns = source_columns(lake.columns)
+    schema = lake.select(*map(column, columns)).schema
     readers = _lake_readers(schema, column_types or {})
-    expected = spark.createDataFrame([tuple(None if row.get(c) is None else readers[c](row[c]) if c in readers
-                                            else row.get(c) for c in columns)
+    named = {c: source_column(c) for c in columns}
+    expected = spark.createDataFrame([tuple(None if row.get(named[c]) is None else readers[c](row[named[c]])
+                                            if c in readers else row.get(named[c]) for c in columns)
                                       for row in truth_rows.values()], schema)
-    lake_side = lake.select(*[F.col(c).alias(f"lake_{c}") for c in columns], F.lit(True).alias("_in_lake"))
-    source_side = expected.select(*[F.col(c).alias(f"src_{c}") for c in columns], F.lit(True).alias("_in_src"))
-    joined = lake_side.join(source_side, [F.col(f"lake_{k}") == F.col(f"src_{k}") for k in keys], "full_outer")
-    differs = [F.when(~F.col(f"lake_{c}").eqNullSafe(F.col(f"src_{c}")), F.lit(c)) for c in columns]
+    lake_side = lake.select(*[column(c).alias(f"lake_{c}") for c in columns], F.lit(True).alias("_in_lake"))
+    source_side = expected.select(*[column(c).alias(f"src_{c}") for c in columns], F.lit(True).alias("_in_src"))
+    joined = lake_side.join(source_side, [column(f"lake_{k}") == column(f"src_{k}") for k in keys], "full_outer")
+    differs = [F.when(~column(f"lake_{c}").eqNullSafe(column(f"src_{c}")), F.lit(c)) for c in columns]
     found = joined.select(
         "*",
         F.when(F.col("_in_src").isNull(), "extra").when(F.col("_in_lake").isNull(), "missing")
@@ -127,7 +130,7 @@ def _lake_readers(schema: StructType, column_types: dict[str, Any]) -> dict[str,
 
     readers: dict[str, Callable[[Any], Any]] = {}
     for f in schema.fields:
-        reader = lake_value(column_types.get(f.name), f.dataType.simpleString())
+        reader = lake_value(column_types.get(source_column(f.name)), f.dataType.simpleString())
         if reader is None and isinstance(f.dataType, DecimalType):
             reader = _exact
         if reader is not None:
@@ -181,12 +184,13 @@ def verify_history(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, 
     from pyspark.sql import functions as F
 
     versions = mirror_state(cfg, spark, name)
-    columns = [c for c in versions.columns if not c.startswith("_")]
-    numbered = Window.partitionBy(*keys).orderBy("_seq_from")
-    lake = versions.select(*columns, F.row_number().over(numbered).alias(HISTORY_COLUMNS[0]),
+    columns = source_columns(versions.columns)
+    numbered = Window.partitionBy(*map(column, keys)).orderBy("_seq_from")
+    lake = versions.select(*map(column, columns), F.row_number().over(numbered).alias(HISTORY_COLUMNS[0]),
                            F.unix_millis("_valid_from").alias(HISTORY_COLUMNS[1]),
                            F.unix_millis("_valid_to").alias(HISTORY_COLUMNS[2]),
                            F.col("_is_deleted").alias(HISTORY_COLUMNS[3]))
-    expected = truth.versions(truth_table, tracked_columns(cfg, name, versions.columns), HISTORY_COLUMNS)
+    expected = truth.versions(truth_table, [source_column(c) for c in tracked_columns(cfg, name, versions.columns)],
+                              HISTORY_COLUMNS)
     return compare(spark, lake, expected, [*keys, HISTORY_COLUMNS[0]], name, truth_table,
                    truth.column_types(truth_table))

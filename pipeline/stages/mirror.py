@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import structlog
 
+from cdc.columns import source_columns
 from cdc.validate import ChangeError
 from pipeline.api.apply import apply_changes
 from pipeline.config.settings import PipelineConfig
@@ -237,7 +238,7 @@ def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
     unknown = [k for k in keys if k not in columns]
     if unknown:
         raise MirrorError(f"mirror.keys.{name} names {', '.join(unknown)}, which {table.ref} does not have "
-                          f"(columns: {', '.join(sorted(c for c in columns if not c.startswith('_')))})")
+                          f"(columns: {', '.join(sorted(source_columns(columns)))})")
     return keys
 
 

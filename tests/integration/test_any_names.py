@@ -3,7 +3,8 @@
 DMS Parquet files carry column names as the source database spells them (Avro sources cannot: the Avro spec
 restricts field names, so odd names reach the lake through DMS files or JSON, `docs/types.md`). Each example is
 four source tables with generated names and generated columns (braces, dots, backticks, quotes, spaces, reserved
-words, mixed case, non-ASCII), each keyed by a generated column: three inserts, an update and a delete of each
+words, mixed case, non-ASCII, the pipeline's own column names such as `_seq`, which land as `__seq`:
+`cdc/columns.py`), each keyed by a generated column: three inserts, an update and a delete of each
 land through S3-SQS in the changelog in one run, and then the SCD1 and SCD2 mirrors, their views, `history`,
 `state` and `athena-ddl` are checked against the changes the example sent. Spark's costs per run and per table
 dominate, so one example carries four tables and up to 24 names, derandomized so CI sees the same ones.
@@ -25,19 +26,21 @@ from pipeline.ops import timetravel
 from pipeline.sql.athena import athena_ddl
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.stages.mirror import MirrorStage
+from cdc.columns import lake_column
 from tables.names import lake_table_name, quote
 from tests.integration.test_odd_names import put_dms_files
+from tests.unit.test_columns import PIPELINE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
 RUN = uuid.uuid4().hex[:6]
 # the names the DMS file itself uses (its operation and commit time), which no source column can take there
 DMS_COLUMNS = {"op", "dms_commit_ts"}
-PIPELINE_PREFIX = "_"  # the product reads `_` columns as its own (`_seq`, `_op`): such source names are open (issue 38)
 ODD = ["a{b}", "{pending}", "a.b", "`tick`", "it's", 'say "hi"', "two words", "select", "ORDER", "Größe",
        "名前", "MixedCase", "a,b", "x\\y", "%s", "-1"]
 NAME_CHARACTERS = st.sampled_from(list("aZé中_ .{}`'\"-,\\$%()=;#/"))
-NAMES = st.one_of(st.sampled_from(ODD), st.text(NAME_CHARACTERS, min_size=1, max_size=8))
+NAMES = st.one_of(st.sampled_from(ODD), st.sampled_from(PIPELINE_COLUMNS), st.text(NAME_CHARACTERS, min_size=1,
+                                                                                  max_size=8))
 # (op, key, position of the value): inserts of 1, 2 and 3, an update of 1, a delete of 2; their commit seconds
 CHANGES = [("I", 1, 0), ("I", 2, 0), ("I", 3, 0), ("U", 1, 1), ("D", 2, 0)]
 STATE_AFTER_INSERTS = "2026-01-01 00:00:02.5"  # between the third insert (00:00:02) and the update (00:00:03)
@@ -46,8 +49,7 @@ STATE_AFTER_INSERTS = "2026-01-01 00:00:02.5"  # between the third insert (00:00
 def _distinct(names: list[str]) -> bool:
     """Spark resolves columns case-insensitively: names equal but for case are one column to it."""
     folded = [n.casefold() for n in names]
-    return (len(set(folded)) == len(folded) and not DMS_COLUMNS & set(folded)
-            and not any(n.startswith(PIPELINE_PREFIX) for n in names))
+    return len(set(folded)) == len(folded) and not DMS_COLUMNS & set(folded)
 
 
 TABLES = st.fixed_dictionaries({
@@ -55,6 +57,24 @@ TABLES = st.fixed_dictionaries({
     "key": NAMES.filter(lambda n: "," not in n and n == n.strip()),  # mirror.keys is a comma-separated list
     "columns": st.lists(NAMES, min_size=3, max_size=5),
 }).filter(lambda t: _distinct([t["key"], *t["columns"]]))
+
+
+# A name of each kind the lake and its readers use (changelog, mirror, SCD2, TOAST, the table format's, the DMS file
+# reader's, Spark's), spread over the example's tables beside the drawn names: each column costs the example time,
+# and `tests/unit/test_columns.py` maps every pipeline name.
+SPREAD = ["_seq", "_op", "_is_deleted", "_source_ts", "_deleted_at", "_valid_from", "_unchanged", "_deleted",
+          "_file_row", "_metadata"]
+
+
+def _with_pipeline_names(sources: list[dict]) -> list[dict]:
+    """The example's tables with the `SPREAD` names among their columns, so the one example tries each of them
+    whatever it drew."""
+    spread = []
+    for i, source in enumerate(sources):
+        taken = {n.casefold() for n in [source["key"], *source["columns"]]}
+        extra = [n for n in SPREAD[i::len(sources)] if n.casefold() not in taken]
+        spread.append({**source, "columns": [*source["columns"], *extra]})
+    return spread
 
 
 def _value(column: str, key: int, version: int) -> str:
@@ -75,7 +95,8 @@ def _parquet(key: str, columns: list[str]) -> bytes:
 
 
 def _rows(frame, key: str, columns: list[str]) -> set[tuple]:
-    return {tuple(row) for row in frame.select(*(quote(c) for c in [key, *columns])).collect()}
+    """The rows' values of source columns `key` and `columns`, read under their lake names."""
+    return {tuple(row) for row in frame.select(*(quote(lake_column(c)) for c in [key, *columns])).collect()}
 
 
 def _current(key: str, columns: list[str]) -> set[tuple]:
@@ -100,7 +121,7 @@ def _landed(spark, cfg: PipelineConfig, sources: list[dict], checkpoint: Path
     names = [lake_table_name(prefix, source["table"]) for source in sources]
     files = {f"{prefix}/public/{source['table']}/20260101-000000000.parquet": _parquet(source["key"], source["columns"])
              for source in sources}
-    keys = {name: source["key"] for name, source in zip(names, sources)}
+    keys = {name: lake_column(source["key"]) for name, source in zip(names, sources)}  # settings take lake names
     scd1 = put_dms_files(_configured(cfg, keys, 1), prefix, files, checkpoint)
     ChangelogStage(scd1, spark).run(until_caught_up=True)
     return scd1, _configured(scd1, keys, 2), names
@@ -118,11 +139,11 @@ def _check(spark, scd1: PipelineConfig, scd2: PipelineConfig, name: str, key: st
     current2 = spark.table(quote(catalog, scd2.mirror.namespace, f"{name}{scd2.mirror.view_suffix}"))
     assert _rows(current2, key, columns) == _current(key, columns)
     versions = spark.table(quote(catalog, scd2.mirror.namespace, f"{name}{scd2.mirror.history_view_suffix}"))
-    counted = versions.groupBy(quote(key)).count().collect()
+    counted = versions.groupBy(quote(lake_column(key))).count().collect()
     assert {row[0]: row[1] for row in counted} == {1: 2, 2: 2, 3: 1}  # key 1 updated, key 2 inserted and deleted
 
     history = timetravel.history(scd1, spark, name, "1").collect()
-    assert [(row["_op"], *(row[c] for c in columns)) for row in history] == [
+    assert [(row["_op"], *(row[lake_column(c)] for c in columns)) for row in history] == [
         ("c", *(_value(c, 1, 0) for c in columns)), ("u", *(_value(c, 1, 1) for c in columns))]
     state = timetravel.state(scd1, spark, name, STATE_AFTER_INSERTS)
     assert _rows(state, key, columns) == {(k, *(_value(c, k, 0) for c in columns)) for k in (1, 2, 3)}
@@ -130,7 +151,8 @@ def _check(spark, scd1: PipelineConfig, scd2: PipelineConfig, name: str, key: st
 
 @settings(max_examples=1, deadline=None, derandomize=True, database=None, phases=(Phase.explicit, Phase.generate),
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-@given(sources=st.lists(TABLES, min_size=4, max_size=4, unique_by=lambda t: t["table"].casefold()))
+@given(sources=st.lists(TABLES, min_size=4, max_size=4, unique_by=lambda t: t["table"].casefold())
+       .map(_with_pipeline_names))
 def test_any_names_land_mirror_and_query(stack, spark, cfg: PipelineConfig, tmp_path_factory, sources: list[dict]
                                          ) -> None:
     scd1, scd2, names = _landed(spark, cfg, sources, tmp_path_factory.mktemp("cp"))
@@ -141,4 +163,4 @@ def test_any_names_land_mirror_and_query(stack, spark, cfg: PipelineConfig, tmp_
     ddl = athena_ddl(scd1, spark)
     for source in sources:
         for c in [source["key"], *source["columns"]]:
-            assert quote(c, mark='"') in ddl, c  # every view names every column, quoted for Athena
+            assert quote(lake_column(c), mark='"') in ddl, c  # every view names every column, quoted for Athena

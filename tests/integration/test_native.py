@@ -147,6 +147,9 @@ def test_semantic_types_and_other_formats_stay_on_the_column_path() -> None:
     bytes_row = _envelope(2)
     bytes_row["fields"][0]["type"][1]["fields"].append({"name": "b", "type": ["null", "bytes"]})
     assert not native.reads(bytes_row, [bytes_row])  # bytes may carry the placeholder: the reference finds it
+    underscored = _envelope(2)
+    underscored["fields"][0]["type"][1]["fields"].append({"name": "_op", "type": ["null", "string"]})
+    assert not native.reads(underscored, [underscored])  # lands as `__op` (cdc/columns.py): the column path names it
 
 
 def test_the_stage_decodes_plain_envelopes_natively_unless_told_not_to(cfg, spark) -> None:

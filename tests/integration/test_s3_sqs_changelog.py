@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -12,8 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.ops.status import collect
+from pipeline.ops.status.render import as_html, as_json, as_text
 from pipeline.sources.s3sqs.files import FILE_ROWS_SCHEMA
-from pipeline.stages.changelog import ChangelogStage
+from pipeline.stages.changelog import ChangelogStage, DeadLetterBoundExceeded
 from pipeline.stages.changelog.landing import Landing
 from pipeline.stages.changelog.report import BatchReport
 from pipeline.stages.changelog.transports.s3sqs import S3SqsTransport
@@ -36,7 +39,8 @@ def _configure(cfg: PipelineConfig, prefix: str, file_format: str, folder: Path)
     tables = {f"{prefix}_{name}": key for name, key in KEYS.items()}
     csv_schemas = {f"{prefix}_{t.name}": spark_ddl(t) for t in TABLE_SETS["all"]}
     return cfg.model_copy(update={
-        "changelog": cfg.changelog.model_copy(update={"source": "s3-sqs", "checkpoint": str(folder / "checkpoint")}),
+        "changelog": cfg.changelog.model_copy(update={"source": "s3-sqs", "checkpoint": str(folder / "checkpoint"),
+                                                      "namespace": prefix}),  # its own dead letters, for `status`
         "dms_files": cfg.dms_files.model_copy(update={
             "bucket": prefix, "queue": prefix, "file_format": file_format, "long_polling_wait_s": 1,
             "max_files_per_trigger": 12, "csv_schemas": csv_schemas,
@@ -68,6 +72,31 @@ def test_dms_files_land_once_and_the_mirror_equals_the_truth(file_format: str, s
     MirrorStage(cfg, spark).run_once()
     verdicts = verify_lake(cfg, spark, truth, tables)
     assert all(v.mismatches == 0 and v.rows > 0 for v in verdicts), "\n".join(l for v in verdicts for l in v.lines())
+    _gone_files_stop_the_stage_and_show_in_status(cfg, spark, prefix, file_format)
+
+
+def _gone_files_stop_the_stage_and_show_in_status(cfg: PipelineConfig, spark, prefix: str, file_format: str) -> None:
+    """Two files announced, then deleted before they are read: one of a landed table, one of a table that never
+    landed. Past a bound of no dead letter the stage stops (the CLI's `--until-caught-up` exits 1 on it), and
+    `status` counts both, in text, JSON and HTML."""
+    s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
+    for table in ("artists", "ghost"):
+        key = f"{prefix}/public/{table}/20990101-000000001.{file_format}"
+        s3.put_object(Bucket=prefix, Key=key, Body=b"deleted before it is read")
+        s3.delete_object(Bucket=prefix, Key=key)
+    none = cfg.changelog.dead_letters.model_copy(update={"max_count": 0})
+    strict = cfg.model_copy(update={"changelog": cfg.changelog.model_copy(update={"dead_letters": none})})
+    with pytest.raises(DeadLetterBoundExceeded, match=rf"topic {prefix}\.public\.artists .*MissingDmsFile: 1"):
+        ChangelogStage(strict, spark).run(until_caught_up=True)
+
+    status = collect(cfg)
+    [artists] = [t for t in status.tables if t.table == f"{prefix}_artists"]
+    assert artists.dead_letters.get("MissingDmsFile") == 1
+    assert status.dead_letters_elsewhere == {f"{prefix}_ghost": {"MissingDmsFile": 1}}
+    assert f"dead letters of {prefix}_ghost, which has no changelog table: MissingDmsFile 1" in as_text(status)
+    assert "MissingDmsFile 1" in as_text(status).split(f"{prefix}_artists", 1)[1].splitlines()[0]
+    assert json.loads(as_json(status))["dead_letters_elsewhere"] == {f"{prefix}_ghost": {"MissingDmsFile": 1}}
+    assert f"{prefix}_ghost, which has no changelog table: MissingDmsFile 1" in as_html(status)
 
 
 # -- one batch of odd files, landed by the transport itself -----------------------------------------------------

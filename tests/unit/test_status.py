@@ -88,6 +88,17 @@ def test_an_unreachable_transport_is_named_and_the_lake_still_reported() -> None
     assert "db_orders" in text and "transport lag unknown: Kafka at 127.0.0.1:1 is unreachable" in text
 
 
+def test_dead_letters_of_a_table_with_no_changelog_table_are_printed_too() -> None:
+    """A gone file of a table that never landed, a file outside DMS's layout: no table row shows them."""
+    elsewhere = {"db_new": {"MissingDmsFile": 1}, "..": {"UnroutableFile": 2}}
+    status = LakeStatus(NOW, _status(None).tables, [], None, [], elsewhere)
+    text = as_text(status)
+    assert "dead letters of .., which has no changelog table: UnroutableFile 2" in text
+    assert "dead letters of db_new, which has no changelog table: MissingDmsFile 1" in text
+    assert json.loads(as_json(status))["dead_letters_elsewhere"] == elsewhere
+    assert "db_new, which has no changelog table: MissingDmsFile 1" in as_html(status)
+
+
 def test_in_the_pending_layout_the_newest_watermark_of_base_or_pending_counts() -> None:
     changelog = TableFacts("t", 30, [_commit(1, 30), _commit(2, 20), _commit(3, 10)])
     base = TableFacts("t", 12, [_commit(7, 25, operation="overwrite", watermark=1)])

@@ -56,7 +56,9 @@ def collect(cfg: PipelineConfig, now: datetime | None = None) -> LakeStatus:
             last_batch_rate=last.rows / last.seconds if last and last.seconds else None, history=history,
             transport=_transport_of(name, sources, names), mirror=mirror_state(changelog, mirror, now, pending),
             dead_letters=dead.get(name, {}), last_maintenance=last_compaction(changelog, mirror)))
-    return LakeStatus(now, tables, sources, cfg.status.max_lag, unreachable)
+    listed = {t.table for t in tables}
+    elsewhere = {name: reasons for name, reasons in dead.items() if name not in listed}
+    return LakeStatus(now, tables, sources, cfg.status.max_lag, unreachable, elsewhere)
 
 
 def _transport_of(table: str, sources: list[SourceLag], names: LakeNames) -> SourceLag | None:

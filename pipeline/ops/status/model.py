@@ -65,6 +65,9 @@ class LakeStatus:
     sources: list[SourceLag]
     max_lag: float | None  # `status.max_lag`, seconds
     unreachable: list[str] = field(default_factory=list)  # services that did not answer, by name and address
+    # dead letters no changelog table's row shows, by table (or topic, when it names none) and reason: a file of a
+    # table that never landed, gone or unreadable; a file outside DMS's layout (topic `..`)
+    dead_letters_elsewhere: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def stale(self) -> list[str]:

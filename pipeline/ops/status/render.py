@@ -22,6 +22,8 @@ def as_text(status: LakeStatus) -> str:
     for source in status.sources:
         lines.append(f"{source.transport} {source.source}: {_count(source.records)} waiting, oldest "
                      f"{_age(source.seconds)}")
+    lines += [f"dead letters of {name}, which has no changelog table: {_reasons(reasons)}"
+              for name, reasons in sorted(status.dead_letters_elsewhere.items())]
     lines += [f"transport lag unknown: {problem}" for problem in status.unreachable]
     if status.max_lag is not None:
         stale = status.stale
@@ -75,13 +77,16 @@ def _chart(history: list[Commit], width: int = 720, height: int = 180, pad: int 
 
 
 def _cells(t: TableStatus, now: datetime) -> tuple[str, ...]:
-    dead = ", ".join(f"{reason} {n}" for reason, n in sorted(t.dead_letters.items())) or "0"
     mirror = ("-", "-") if t.mirror is None else (str(t.mirror.watermark), f"{_age(t.mirror.lag_seconds)} "
                                                   f"({t.mirror.pending_commits} commits)")
     return (t.table, str(t.changelog_rows), _ago(t.last_batch_at, now), str(t.last_batch_rows),
             f"{t.last_batch_rate:,.0f}" if t.last_batch_rate is not None else "-",
             "-" if t.transport is None else f"{_count(t.transport.records)} / {_age(t.transport.seconds)}",
-            *mirror, dead, _ago(t.last_maintenance, now))
+            *mirror, _reasons(t.dead_letters) or "0", _ago(t.last_maintenance, now))
+
+
+def _reasons(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items()))
 
 
 def _ago(moment: datetime | None, now: datetime) -> str:

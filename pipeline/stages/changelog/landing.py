@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import structlog
 
 from cdc import decode, dms_tables, framing, native
+from cdc.columns import lake_column
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
 from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, read_schema, rejections
@@ -524,13 +525,14 @@ class Landing:
     def _key(self, name: str, topic: str, formats: set[str]) -> list[str]:
         """The key table `name` keeps (`tables/keys.py`), asked once a process; for a table of Debezium records
         that keeps none (a new one, or one made before keys were kept), its record key's fields from the
-        registry, which an existing table records now and a new one when the append creates it."""
+        registry (in the lake's names, `cdc/columns.py`), which an existing table records now and a new one when
+        the append creates it."""
         if name not in self._keys:
             table = lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
             exists = table.exists()
             keys = stored_keys(table.properties()) if exists else []
             if not keys and formats & KEYED_BY_RECORD:
-                keys = self.resolver.key_columns(topic)
+                keys = [lake_column(k) for k in self.resolver.key_columns(topic)]
                 if keys and exists:
                     table.set_properties(keys_property(keys))
             self._keys.setdefault(name, keys)
@@ -540,7 +542,7 @@ class Landing:
         """Keep a DMS control record's `table-def` and the key it names with table `name`: at once when the table
         exists, else in the checkpoint until the append that creates it (`_created`)."""
         try:
-            key = dms_tables.TableDef.parse(text).primary_key
+            key = [lake_column(k) for k in dms_tables.TableDef.parse(text).primary_key]
         except ValueError as exc:
             log.warning("changelog.dms_table_def_unreadable", table=name, error=str(exc),
                         fix=f"set mirror.keys.{name} for its key")
