@@ -26,7 +26,7 @@ def test_configured_java_too_old_is_named(tmp_path: Path) -> None:
 
 def test_no_suitable_java_lists_what_was_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pipeline.stack.java.candidates", lambda: [_fake_java(tmp_path, "11.0.1")])
-    with pytest.raises(JavaNotFound, match=r"needs Java 21\+; found .*\(Java 11\)"):
+    with pytest.raises(JavaNotFound, match=r"needs Java 21\+; looked at .* and found .*\(Java 11\)"):
         find_java(21, "Apicurio")
 
 
