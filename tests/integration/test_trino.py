@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pytest
 import trino
@@ -24,6 +24,9 @@ from tables.views import lake_views
 from tests.conftest import PORT_OFFSET
 from tests.integration.test_glue_catalog import glue_cfg  # noqa: F401 (a fixture: the tests' Glue catalog on moto)
 from tests.integration.test_mirror import Source, _configure, _own_mirrors
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 pytestmark = pytest.mark.integration
 
@@ -70,13 +73,14 @@ def lake(glue_cfg: PipelineConfig, trino_starting, spark, tmp_path_factory) -> t
 
 def _plain(value: Any) -> Any:
     """One value as both clients can be compared on: a struct (Spark's Row, Trino's row tuple) and an array as a
-    tuple, a map as sorted pairs, a zoned time as UTC without the zone (Spark hands it out so), bytes as bytes."""
+    tuple, a map as sorted pairs, a zoned time in this machine's zone without the zone (as PySpark hands out a
+    Spark timestamp), bytes as bytes."""
     if isinstance(value, (tuple, list)):
         return tuple(_plain(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, _plain(v)) for k, v in value.items()))
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.astimezone().replace(tzinfo=None)
     if isinstance(value, bytearray):
         return bytes(value)
     return value
@@ -93,7 +97,7 @@ def trino_rows(connection: trino.dbapi.Connection, sql: str) -> Rows:
     return [d[0] for d in cursor.description], _sorted(rows)
 
 
-def spark_rows(frame) -> Rows:
+def spark_rows(frame: DataFrame) -> Rows:
     return frame.columns, _sorted(frame.collect())
 
 
