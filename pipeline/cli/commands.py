@@ -34,11 +34,11 @@ def cmd_setup(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def _stack(cfg: PipelineConfig, args: argparse.Namespace) -> Stack:
-    """The stack the command acts on: `--with postgres` adds the real source as `stack.postgres = true` does."""
+    """The stack the command acts on: `--with postgres` adds the real source as `stack.postgres = true` does,
+    `--with trino` Trino as `stack.trino = true` does."""
     from pipeline.stack import Stack
 
-    if "postgres" in args.with_services:
-        cfg = cfg.model_copy(update={"stack": cfg.stack.model_copy(update={"postgres": True})})
+    cfg = cfg.model_copy(update={"stack": cfg.stack.model_copy(update=dict.fromkeys(args.with_services, True))})
     return Stack(cfg, args.only)
 
 

@@ -21,19 +21,21 @@ def build_parser() -> argparse.ArgumentParser:
                              "(they always go to <home>/logs/spark.log)")
     subcommands = parser.add_subparsers(dest="command", required=True)
 
-    setup = subcommands.add_parser("setup", help="resolve the JVM artifacts (Spark connectors, Kafka, Apicurio) with Maven")
+    setup = subcommands.add_parser("setup", help="resolve the JVM artifacts (Spark connectors, Kafka, Apicurio, Trino) with Maven")
     setup.add_argument("--offline", action="store_true", help="use only Maven's local repository")
     setup.add_argument("--print-packages", action="store_true",
                        help="print the Spark connector coordinates for spark-submit --packages and exit")
     setup.set_defaults(handler=commands.cmd_setup)
 
-    stack = subcommands.add_parser("stack", help="the embedded Kafka, Apicurio Registry and moto server")
+    stack = subcommands.add_parser("stack", help="the embedded Kafka, Apicurio Registry and moto server (when asked "
+                                   "also the Hive metastore, PostgreSQL with Kafka Connect, Trino)")
     stack.add_argument("--only", action="append",
-                       choices=["kafka", "registry", "moto", "metastore", "postgres", "connect"],
+                       choices=["kafka", "registry", "moto", "metastore", "postgres", "connect", "trino"],
                        help="act on this service only; repeatable (default: all)")
     optional = argparse.ArgumentParser(add_help=False)
-    optional.add_argument("--with", dest="with_services", action="append", choices=["postgres"], default=[],
-                          help="postgres: also PostgreSQL and Kafka Connect with Debezium (sets stack.postgres)")
+    optional.add_argument("--with", dest="with_services", action="append", choices=["postgres", "trino"], default=[],
+                          help="postgres: also PostgreSQL and Kafka Connect with Debezium (sets stack.postgres); "
+                               "trino: also Trino on the Glue and S3 the pipeline writes (sets stack.trino)")
     actions = stack.add_subparsers(dest="action", required=True)
     actions.add_parser("up", parents=[optional], help="start every service and wait until healthy (idempotent)"
                        ).set_defaults(handler=commands.cmd_stack_up)

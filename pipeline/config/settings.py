@@ -54,12 +54,17 @@ class StackSettings(_Section):
                                   "the stack is started by root (PostgreSQL refuses to run as root)")
     connect_port: int = Field(8083, ge=1, le=65535, description="Kafka Connect's REST API")
     connect_heap: str = "512m"
+    trino: bool = Field(False, description="also run Trino, the engine Athena is built on, on the Glue and S3 the "
+                        "pipeline writes (`stack up --with trino`)")
+    trino_port: int = Field(8086, ge=1, le=65535)
+    trino_heap: str = "1g"
+    trino_java: Path | None = Field(None, description="a Java 24+ executable; found automatically when unset")
     start_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> StackSettings:
         ports = [self.kafka_port, self.kafka_controller_port, self.registry_port, self.registry_management_port,
-                 self.moto_port, self.metastore_port, self.postgres_port, self.connect_port]
+                 self.moto_port, self.metastore_port, self.postgres_port, self.connect_port, self.trino_port]
         if len(set(ports)) != len(ports):
             raise ValueError(f"stack ports must be distinct, got {ports}")
         return self

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import tarfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +30,14 @@ class SetupError(RuntimeError):
 @dataclass(frozen=True)
 class Bundle:
     """One pom and the Maven goal that lays its artifacts into a folder; `built`: the pom's module has sources
-    of its own (under `src/`), which Maven compiles, so they count in what makes a build current."""
+    of its own (under `src/`), which Maven compiles, so they count in what makes a build current; `extract`: the
+    goal copies a `.tar.gz` whose folders of these names are laid out instead (Maven's own unpacking writes a tar
+    hard link as an empty file, and Trino's archive shares its jars between plugins that way)."""
 
     name: str
     goal: str
     built: bool = False
+    extract: tuple[str, ...] = ()
 
     @property
     def pom(self) -> Path:
@@ -66,6 +70,8 @@ class Bundle:
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise SetupError(f"Maven could not resolve the '{self.name}' bundle ({self.pom}):\n{tail}")
+        for archive in staging.glob("*.tar.gz") if self.extract else ():
+            _extract(archive, self.extract)
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)  # the folder appears whole or not at all
         (folder / ".resolved").write_text(self._fingerprint())
@@ -81,12 +87,31 @@ class Bundle:
         return digest.hexdigest()
 
 
+def _extract(archive: Path, folders: tuple[str, ...]) -> None:
+    """Lay out `folders` of the archive's one top folder beside it, then delete the archive.
+
+    A hard link's target comes earlier in the archive, so one forward pass lays it out too; where it lies
+    outside `folders` it goes with the rest of the top folder, the link keeping its content."""
+    with tarfile.open(archive) as tar:
+        members = tar.getmembers()
+        top = members[0].name.split("/")[0]
+        wanted = [m for m in members if m.name.removeprefix(f"{top}/").startswith(folders)]
+        needed = {m.name for m in wanted} | {m.linkname for m in wanted if m.islnk()}
+        tar.extractall(archive.parent, members=[m for m in members if m.name in needed], filter="data")
+    archive.unlink()
+    for folder in folders:
+        (archive.parent / folder).parent.mkdir(parents=True, exist_ok=True)
+        (archive.parent / top / folder).rename(archive.parent / folder)
+    shutil.rmtree(archive.parent / top)
+
+
 SPARK = Bundle("spark", "dependency:copy-dependencies")
 KAFKA = Bundle("kafka", "dependency:copy-dependencies")
 APICURIO = Bundle("apicurio", "dependency:unpack@registry")
 CONNECT = Bundle("connect", "dependency:copy-dependencies")  # Kafka Connect + Debezium + Apicurio's converter
 FUNCTIONS = Bundle("cdc", "package", built=True)  # the pipeline's own Spark functions (`cdc/native.py`)
-BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT, FUNCTIONS)
+TRINO = Bundle("trino", "dependency:copy@server", extract=("lib/", "plugin/iceberg/"))  # the engine Athena runs
+BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT, FUNCTIONS, TRINO)
 
 
 def resolve_all(jars_dir: Path, offline: bool = False) -> dict[str, Path]:

@@ -1,4 +1,5 @@
-"""Finding a Java runtime of a given major version: Kafka 4 needs 17+, Apicurio Registry 3.3 needs 21+."""
+"""Finding a Java runtime of a given major version: Kafka 4 needs 17+, Apicurio Registry 3.3 needs 21+, Trino 476
+needs 24+."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+JDK_ROOTS = (Path("/usr/lib/jvm"), Path("/opt/java"), Path("/Library/Java/JavaVirtualMachines"))  # side by side
 
 
 class JavaNotFound(RuntimeError):
@@ -36,18 +38,20 @@ def candidates() -> list[Path]:
         found.append(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
     if shutil.which("java"):
         found.append(Path(shutil.which("java")))  # type: ignore[arg-type]
-    for root in (Path("/usr/lib/jvm"), Path("/opt/java"), Path("/Library/Java/JavaVirtualMachines")):
+    for root in JDK_ROOTS:
         if root.is_dir():
             found += sorted(root.glob("*/bin/java")) + sorted(root.glob("*/Contents/Home/bin/java"))
     return [java for java in dict.fromkeys(found) if java.is_file()]
 
 
-def find_java(min_major: int, purpose: str, configured: Path | None = None) -> Path:
-    """The first Java of at least `min_major`; `configured` (a setting) wins when given."""
+def find_java(min_major: int, purpose: str, configured: Path | None = None,
+              setting: str | None = None) -> Path:
+    """The first Java of at least `min_major`; `configured` (the value of `setting`) wins when given."""
     if configured is not None:
         major = java_major(configured)
         if major is None or major < min_major:
-            raise JavaNotFound(f"{purpose} needs Java {min_major}+, but {configured} is Java {major or 'unknown'}")
+            named = f"{configured} ({setting})" if setting else str(configured)
+            raise JavaNotFound(f"{purpose} needs Java {min_major}+, but {named} is Java {major or 'unknown'}")
         return configured
     seen = []
     for java in candidates():
@@ -55,7 +59,9 @@ def find_java(min_major: int, purpose: str, configured: Path | None = None) -> P
         if major is not None and major >= min_major:
             return java
         seen.append(f"{java} (Java {major})")
+    where = ", ".join(str(root) for root in JDK_ROOTS)
     raise JavaNotFound(
-        f"{purpose} needs Java {min_major}+; found {', '.join(seen) or 'no java at all'}. "
-        f"Install a JDK {min_major}+ and point JAVA_HOME or the matching stack setting at it."
+        f"{purpose} needs Java {min_major}+; looked at JAVA_HOME, the java on PATH and the JDKs in {where}, and "
+        f"found {', '.join(seen) or 'no java at all'}. Install a JDK {min_major}+ and point JAVA_HOME or "
+        f"{setting or 'the matching stack setting'} at it."
     )

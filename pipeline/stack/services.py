@@ -18,6 +18,7 @@ from pipeline.stack.java import find_java
 from pipeline.stack.log4j import write_log_config
 from pipeline.stack.postgres import Postgres
 from pipeline.stack.process import port_in_use
+from pipeline.stack.trino import Trino
 
 
 class Kafka(Service):
@@ -109,7 +110,7 @@ class Registry(Service):
 
     def command(self) -> list[str]:
         s = self.cfg.stack
-        java = find_java(21, "Apicurio Registry 3.x", s.registry_java)
+        java = find_java(21, "Apicurio Registry 3.x", s.registry_java, setting="stack.registry_java")
         app = jvm.APICURIO.resolve(self.cfg.jars_dir) / "quarkus-run.jar"
         if s.registry_storage == "kafka":
             storage = ["-Dapicurio.storage.kind=kafkasql",
@@ -204,4 +205,5 @@ def all_services(cfg: PipelineConfig) -> list[Service]:
     """In start order: a service comes after the ones it depends on."""
     metastore = [Metastore(cfg)] if cfg.stack.metastore or cfg.catalog.type == "hive" else []
     source = [Postgres(cfg), Connect(cfg)] if cfg.stack.postgres else []
-    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore, *source]
+    trino = [Trino(cfg)] if cfg.stack.trino else []
+    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore, *source, *trino]

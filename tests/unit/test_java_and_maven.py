@@ -26,7 +26,7 @@ def test_configured_java_too_old_is_named(tmp_path: Path) -> None:
 
 def test_no_suitable_java_lists_what_was_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pipeline.stack.java.candidates", lambda: [_fake_java(tmp_path, "11.0.1")])
-    with pytest.raises(JavaNotFound, match=r"needs Java 21\+; found .*\(Java 11\)"):
+    with pytest.raises(JavaNotFound, match=r"needs Java 21\+; looked at .* and found .*\(Java 11\)"):
         find_java(21, "Apicurio")
 
 
@@ -42,3 +42,25 @@ def test_resolution_is_skipped_when_the_stamp_matches(tmp_path: Path, monkeypatc
     (folder / ".resolved").write_text(jvm.KAFKA._fingerprint())
     monkeypatch.setattr("pipeline.runtime.jvm.subprocess.run", lambda *a, **k: pytest.fail("Maven must not run"))
     assert jvm.KAFKA.resolve(tmp_path) == folder
+
+
+def test_an_archive_bundle_lays_out_its_folders_with_hard_links_whole(tmp_path: Path) -> None:
+    """Trino's archive shares a jar between connectors by hard links; a link whose first copy lies outside the
+    folders laid out still gets the content."""
+    import io
+    import tarfile
+
+    archive = tmp_path / "server-1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in (("server-1/plugin/other/shared.jar", b"shared"), ("server-1/lib/main.jar", b"main"),
+                           ("server-1/bin/launcher", b"#!/bin/sh")):
+            entry = tarfile.TarInfo(name)
+            entry.size = len(data)
+            tar.addfile(entry, io.BytesIO(data))
+        link = tarfile.TarInfo("server-1/plugin/iceberg/shared.jar")
+        link.type, link.linkname = tarfile.LNKTYPE, "server-1/plugin/other/shared.jar"
+        tar.addfile(link)
+    jvm._extract(archive, ("lib/", "plugin/iceberg/"))
+    laid_out = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert laid_out == ["lib/main.jar", "plugin/iceberg/shared.jar"]
+    assert (tmp_path / "plugin" / "iceberg" / "shared.jar").read_bytes() == b"shared"
