@@ -46,7 +46,12 @@ STORAGE_PARTITIONED_JOIN = {
 
 def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
     """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
-    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
+    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism).
+
+    Only around a MERGE whose source is materialised (`localCheckpoint`), a plan of one join: with the one-side
+    shuffle on, Spark drops matches of storage-partitioned joins in plans of several joins, projections that
+    drop a key, or UNION ALL (SPARK-59050, apache/spark PR 58339; 4.1.x up to 4.1.3), the shapes of the SCD2
+    rebuild and of the fold's resolution, which therefore run with Spark's defaults."""
     bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
     return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
 
