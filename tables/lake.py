@@ -22,6 +22,7 @@ import structlog
 
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config.settings import PipelineConfig
+from tables import delta_log
 from tables.append import COMMIT_PROPERTY, iceberg_table
 from tables.names import property_list, quote, sql_string
 from tables.partitioning import PartitionField
@@ -325,9 +326,7 @@ class DeltaLakeTable:
         return DeltaTable.isDeltaTable(self.spark, self.ref)
 
     def commit_id(self) -> int | None:
-        from delta.tables import DeltaTable
-
-        return int(DeltaTable.forPath(self.spark, self.ref).history(1).first()["version"]) if self.exists() else None  # type: ignore[index]
+        return delta_log.version(self.spark, self.ref)
 
     def read(self, as_of: int | str | None = None) -> DataFrame:
         return _read(self.spark, "delta", self.ref, as_of)
@@ -351,13 +350,10 @@ class DeltaLakeTable:
                 .withColumnRenamed("_commit_version", "_commit").drop("_change_type", "_commit_timestamp"))
 
     def commit_metadata(self, key: str) -> tuple[int, str] | None:
-        from delta.tables import DeltaTable
-
-        for row in (DeltaTable.forPath(self.spark, self.ref).history().where("userMetadata IS NOT NULL")
-                    .orderBy("version", ascending=False).select("version", "userMetadata").toLocalIterator()):
-            value = json.loads(row["userMetadata"]).get(key)
+        for commit, info in delta_log.commit_infos(self.spark, self.ref):
+            value = json.loads(info["userMetadata"]).get(key) if info.get("userMetadata") else None
             if value is not None:
-                return int(row["version"]), str(value)
+                return commit, str(value)
         return None
 
     def fields(self) -> list[StructField]:
