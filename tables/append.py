@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
+from tables import delta_log
 from tables.names import property_list, quote, sql_string
 
 if TYPE_CHECKING:
@@ -154,12 +155,11 @@ class DeltaAppender:
         properties with a write, so the new table's properties (`created`) are set right after the write that
         creates it (a crash in between leaves a table with none: its source adopts it again, `tables/owners.py`,
         and the stage learns its key again)."""
-        from delta.tables import DeltaTable
         from pyspark.sql import functions as F
 
         path = f"{self.root}/{name}"
-        exists = DeltaTable.isDeltaTable(self.spark, path)
-        before = DeltaTable.forPath(self.spark, path).history(1).first()["version"] if exists else None  # type: ignore[index]
+        before = delta_log.version(self.spark, path)
+        exists = before is not None
         if partition_by_source_time:
             rows = rows.withColumn("_source_date", F.to_date("_source_ts"))
         writer = (rows.write.format("delta").mode("append").option("mergeSchema", "true")
@@ -169,13 +169,14 @@ class DeltaAppender:
         if partition_by_source_time and not exists:
             writer = writer.partitionBy("_source_date")
         writer.save(path)
-        last = DeltaTable.forPath(self.spark, path).history(1).first()
+        last = delta_log.version(self.spark, path)
         new_properties = created() if created is not None and not exists else {}
         if new_properties:
             self.spark.sql(f"ALTER TABLE delta.{quote(path)} SET TBLPROPERTIES ({property_list(new_properties)})")
-        if last["version"] == before:  # type: ignore[index]
+        if last == before or last is None:
             return Appended(path, 0, skipped=True)  # Delta already held (writer id, batch id)
-        return Appended(path, int(last["operationMetrics"].get("numOutputRows", 0)), skipped=False)  # type: ignore[index]
+        info = delta_log.commit_info(self.spark, path, last) or {}
+        return Appended(path, int(info.get("operationMetrics", {}).get("numOutputRows", 0)), skipped=False)
 
     def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
         """Delta keeps, per `txnAppId`, the last `txnVersion` written, in the log's `txn` actions."""

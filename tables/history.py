@@ -79,17 +79,17 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
         frame.createOrReplaceTempView(views[-1])
         return quote(views[-1])
 
-    with session_conf(spark, merge_join_conf(cfg, base.name, keys)):  # a key-bucketed table: joins without its shuffle
-        table = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
-        pending = changes if isinstance(changes, str) else view(changes)
-        # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
-        stored = view(spark.sql(touched_sql(keys, Relations(table, pending))).localCheckpoint())
-        rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns),
-                                         Relations(stored, pending))).localCheckpoint()
-        merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
-        merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
-        count = rebuilt.count()
-        if count:
+    table = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
+    pending = changes if isinstance(changes, str) else view(changes)
+    # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
+    stored = view(spark.sql(touched_sql(keys, Relations(table, pending))).localCheckpoint())
+    rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns),
+                                     Relations(stored, pending))).localCheckpoint()
+    merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
+    merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
+    count = rebuilt.count()
+    if count:
+        with session_conf(spark, merge_join_conf(cfg, base.name, keys)):  # the MERGE's one join (`merge_join_conf`)
             base.merge(merged, version_clauses([*columns, UNCHANGED, *VERSION_COLUMNS], keys), metadata)
     for name in views:
         spark.catalog.dropTempView(name)

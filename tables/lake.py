@@ -22,6 +22,7 @@ import structlog
 
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config.settings import PipelineConfig
+from tables import delta_log
 from tables.append import COMMIT_PROPERTY, iceberg_table
 from tables.names import property_list, quote, sql_string
 from tables.partitioning import PartitionField
@@ -46,7 +47,12 @@ STORAGE_PARTITIONED_JOIN = {
 
 def merge_join_conf(cfg: PipelineConfig, name: str, keys: list[str]) -> dict[str, str]:
     """A storage-partitioned join for an Iceberg mirror bucketed by a key column; Spark's defaults else
-    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism)."""
+    (grouping the files of a mirror partitioned by anything else would only cut the scan's parallelism).
+
+    Only around a MERGE whose source is materialised (`localCheckpoint`), a plan of one join: with the one-side
+    shuffle on, Spark drops matches of storage-partitioned joins in plans of several joins, projections that
+    drop a key, or UNION ALL (SPARK-59050, apache/spark PR 58339; 4.1.x up to 4.1.3), the shapes of the SCD2
+    rebuild and of the fold's resolution, which therefore run with Spark's defaults."""
     bucketed = any(f.transform == "bucket" and f.column in keys for f in cfg.mirror.partition_fields(name))
     return STORAGE_PARTITIONED_JOIN if bucketed and cfg.lake.format == "iceberg" else {}
 
@@ -320,9 +326,7 @@ class DeltaLakeTable:
         return DeltaTable.isDeltaTable(self.spark, self.ref)
 
     def commit_id(self) -> int | None:
-        from delta.tables import DeltaTable
-
-        return int(DeltaTable.forPath(self.spark, self.ref).history(1).first()["version"]) if self.exists() else None  # type: ignore[index]
+        return delta_log.version(self.spark, self.ref)
 
     def read(self, as_of: int | str | None = None) -> DataFrame:
         return _read(self.spark, "delta", self.ref, as_of)
@@ -346,13 +350,10 @@ class DeltaLakeTable:
                 .withColumnRenamed("_commit_version", "_commit").drop("_change_type", "_commit_timestamp"))
 
     def commit_metadata(self, key: str) -> tuple[int, str] | None:
-        from delta.tables import DeltaTable
-
-        for row in (DeltaTable.forPath(self.spark, self.ref).history().where("userMetadata IS NOT NULL")
-                    .orderBy("version", ascending=False).select("version", "userMetadata").toLocalIterator()):
-            value = json.loads(row["userMetadata"]).get(key)
+        for commit, info in delta_log.commit_infos(self.spark, self.ref):
+            value = json.loads(info["userMetadata"]).get(key) if info.get("userMetadata") else None
             if value is not None:
-                return int(row["version"]), str(value)
+                return commit, str(value)
         return None
 
     def fields(self) -> list[StructField]:
