@@ -244,7 +244,7 @@ def _dms(schema: StructType, db: str, fmt: str) -> Parts:
     op = F.coalesce(*[F.when(meta_in["operation"] == dms, F.lit(canonical)) for dms, canonical in DMS_OPS.items()])
     built = F.to_timestamp(meta_in["timestamp"])  # when DMS built the message: in the order it sends them
     metadata_fields = schema["v"].dataType["metadata"].dataType.fieldNames()  # type: ignore[union-attr]
-    committed = (F.coalesce(F.to_timestamp(meta_in["commit_timestamp"]), built)
+    committed = (F.coalesce(F.try_to_timestamp(meta_in["commit_timestamp"]), built)  # try_: not checked as valid
                  if "commit_timestamp" in metadata_fields else built)
     snapshot = op == "r"
     meta = {

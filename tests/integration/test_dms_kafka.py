@@ -71,7 +71,8 @@ CUSTOMERS_DEF = {"columns": {"cust_id": {"type": "INT4", "nullable": False}, "na
 FIRST = [_control("customers", "create-table", CUSTOMERS_DEF)]  # alone in its run: its table comes later
 SECOND = [CREATE_SBTEST, INSERT_SBTEST, INSERT_BY_DEFAULT,
           _data("sbtest_x", {"id": 1, "fname": "a", "lname": "b", "REGION": "eu"}, 1),
-          _data("orders", {"id": 1, "amount": 9.5}, 2),
+          {**_data("orders", {"id": 1, "amount": 9.5}, 2),  # a commit time that is not one: the message time
+           "metadata": {**_data("orders", {}, 2)["metadata"], "commit-timestamp": "not a time"}},
           _data("customers", {"cust_id": 7, "name": "c"}, 3),
           _control("sbtest_x", "add-column"),  # IncludeTableAlterOperations, no table-def
           _control("sbtest_x", "change-columns"),
@@ -119,7 +120,7 @@ def _rows(spark, landed: Landed, table: str) -> list[dict]:
 def test_each_table_of_one_topic_lands_in_its_own_changelog_table(landed: Landed, spark) -> None:
     sbtest, orders = _rows(spark, landed, "sbtest_x"), _rows(spark, landed, "orders")
     assert sorted(row["id"] for row in sbtest) == [1, 100000161, 100000162]
-    assert [(row["id"], row["amount"]) for row in orders] == [(1, 9.5)]
+    assert [(row["id"], row["amount"], row["_source_ts"]) for row in orders] == [(1, 9.5, datetime(2019, 11, 22, 0, 0, 2))]
     assert "amount" not in sbtest[0] and "fname" not in orders[0]  # no columns merged across tables
     documented = next(row for row in sbtest if row["id"] == 100000161)
     assert (documented["fname"], documented["REGION"], documented["_op"]) == ("val61s", "val61s", "c")
