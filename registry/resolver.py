@@ -78,6 +78,11 @@ class SchemaResolver:
                 found[schema_id] = self._writer_or_why(schema_id, topic, observed)
         return found
 
+    def carried(self, topic: str, schema_ids: Iterable[str]) -> None:
+        """Records of `topic` carried these ids (landed by their listed writers): those that show which kind of
+        Apicurio id the producer writes say so, for the ids only that kind decides (`registry/payload_ids.py`)."""
+        self.writers(topic, schema_ids)
+
     def subject_writers(self, topic: str, header_ids: bool) -> dict[str, str]:
         """Every id a frame of `topic` can carry for a version of the topic's value subject, with the writer
         text `writer` gives it, from the registry's list of the subject's versions, so a batch is decoded
@@ -86,8 +91,8 @@ class SchemaResolver:
         Empty where the subject cannot be told from the topic alone (a record naming strategy) or the registry
         cannot list a subject's ids (not an Apicurio): the stage then finds a batch's ids by reading it. An id
         whose kind only the producer's other ids can tell (`registry/payload_ids.py`) is left out until a record
-        has shown that kind: the stage lands the records that carry it the planned way, after it has passed
-        the ids the other records carried to `writers`."""
+        has shown that kind: the stage lands the records that carry it the planned way, after it has told
+        `carried` the ids the other records carried."""
         if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC:
             return {}
         versions = self.apicurio.client.versions(subject_name(self.strategy, topic, None))

@@ -139,7 +139,7 @@ def test_the_ids_listed_from_a_subject_show_nothing_about_the_producers_kind() -
     listed = resolver.subject_writers(TOPIC, header_ids=False)
     assert "79" not in listed and listed["80"] == V2 and listed["78"] == V1
     # the stage's one pass lands the records of 80 and reports the ids it saw; then the rest, planned, reads 79
-    resolver.writers(TOPIC, ["80"])
+    resolver.carried(TOPIC, ["80"])
     assert resolver.writers(TOPIC, ["79"]) == {"79": V1}
     assert resolver.subject_writers(TOPIC, header_ids=False)["79"] == V1  # the next batch lists it
 

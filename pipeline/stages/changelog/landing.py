@@ -312,9 +312,7 @@ class Landing:
         dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
                                  report, grouped=(by_reader, {}))
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
-        # the ids records carried may show which kind of Apicurio id the producer writes, which the rest's ids
-        # (and the next batch's listing) may need (`registry/payload_ids.py`)
-        self.resolver.writers(topic, observed["ids"])
+        self.resolver.carried(topic, observed["ids"])  # before the rest, whose ids may need the kind they show
         report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
         report.rows_in += observed["rows"]
         report.tombstones += observed["tombstones"]
