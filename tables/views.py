@@ -91,6 +91,11 @@ def mirror_views(cfg: PipelineConfig, table: str, overlay_columns: list[str] | N
     ]
 
 
+def views_of_mirror(cfg: PipelineConfig, spark: SparkSession, name: str) -> list[ViewSpec]:
+    """Mirror `name`'s views as the lake has it: over the overlay in the pending layout, versions for SCD2."""
+    return mirror_views(cfg, name, pending_columns(cfg, spark, name), mirror_history_columns(cfg, spark, name))
+
+
 def history_views(cfg: PipelineConfig, table: str, columns: list[str], pending: bool) -> list[ViewSpec]:
     """The views of an SCD2 mirror (`tables/history.py`): `<t>_current` and `<t>_deleted` over its current
     versions, and `<t>_history`, every version; in the pending layout over the overlay of its base and pending

@@ -1,14 +1,15 @@
 """Trino, Athena's engine, on the lake the stages write to Glue and S3 (moto): the stack's Trino answers as Spark
-does, row for row, for the changelog, an SCD1 mirror in the pending layout (its base, its pending changes and,
-through the views `athena-ddl` prints, its current state and its deleted rows), the changelog's latest-change
-views, and time travel on the mirror, `athena-ddl`'s own examples included."""
+does, row for row, for the changelog, SCD1 mirrors in the pending layout (their base, their pending changes and,
+through the views `athena-ddl` prints, their current state and their deleted rows), an SCD2 mirror (its
+versions, one key's history), a mirror with hard deletes (merge-on-read: Iceberg position deletes), the
+changelog's latest-change views, and time travel on the mirror, `athena-ddl`'s own examples included."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
 import pytest
 import trino
@@ -18,9 +19,9 @@ from pipeline.sql.athena import athena_statements
 from pipeline.stack import Stack
 from pipeline.stack.trino import connect
 from pipeline.stages.mirror import MirrorStage
-from tables.names import quote
+from tables.names import quote, sql_string
 from tables.pending import pending_table
-from tables.views import lake_views
+from tables.views import ViewSpec, lake_views, views_of_mirror
 from tests.conftest import PORT_OFFSET
 from tests.integration.test_glue_catalog import glue_cfg  # noqa: F401 (a fixture: the tests' Glue catalog on moto)
 from tests.integration.test_mirror import Source, _configure, _own_mirrors
@@ -56,19 +57,37 @@ def trino_server(trino_starting, lake) -> Iterator[trino.dbapi.Connection]:
     connection.close()
 
 
+class Lake(NamedTuple):
+    cfg: PipelineConfig  # the mirrors in the pending layout, soft deletes; `history_table` is SCD2
+    source: Source
+    hard: PipelineConfig  # `hard_table` mirrored again with hard deletes, merge layout, merge-on-read
+
+
+def history_table(prefix: str) -> str:
+    return f"{prefix}_artworks"
+
+
+def hard_table(prefix: str) -> str:
+    return f"{prefix}_orders"
+
+
 @pytest.fixture(scope="module")
-def lake(glue_cfg: PipelineConfig, trino_starting, spark, tmp_path_factory) -> tuple[PipelineConfig, Source]:
+def lake(glue_cfg: PipelineConfig, trino_starting, spark, tmp_path_factory) -> Lake:
     """One source landed in Glue mode (Athena's catalog) in two parts, each merged into mirrors of this module's
-    own: the first part's rows are in the mirrors' base tables, the second's changes pending on them. Asks for
+    own: the first part's rows are in the mirrors' base tables, the second's changes pending on them; one table
+    is also merged into a hard-delete mirror, whose second merge deletes rows by position delete files. Asks for
     `trino_starting` only so that Trino starts first and comes up while this lands."""
     prefix = f"tr{uuid.uuid4().hex[:6]}"
-    glue_cfg = _own_mirrors(_configure(glue_cfg, prefix), "tr")
-    source = Source(glue_cfg, prefix, tmp_path_factory.mktemp("trino"))
+    cfg = _own_mirrors(_configure(glue_cfg, prefix), "tr", scd_type={history_table(prefix): 2})
+    hard = _own_mirrors(_configure(glue_cfg, prefix), "th", tables=[hard_table(prefix)], delete_mode="hard",
+                        layout="merge", write_mode="merge-on-read")
+    source = Source(cfg, prefix, tmp_path_factory.mktemp("trino"))
     for events in (450, 900):  # the longer run repeats the shorter one, then goes on
         source.simulate(events)
         source.land(spark)
-        MirrorStage(glue_cfg, spark).run_once()
-    return glue_cfg, source
+        MirrorStage(cfg, spark).run_once()
+        MirrorStage(hard, spark).run_once()
+    return Lake(cfg, source, hard)
 
 
 def _plain(value: Any) -> Any:
@@ -105,8 +124,17 @@ def _on_trino(*parts: str) -> str:
     return quote(*parts, mark='"')
 
 
+def _view_pair(cfg: PipelineConfig, spark, connection: trino.dbapi.Connection, view: ViewSpec) -> tuple[str, str]:
+    """The view created on Trino from its Athena text (as Athena holds it in Glue), and Spark's SQL of the same
+    view: the two to compare."""
+    connection.cursor().execute(view.athena_ddl())
+    pending = quote(cfg.catalog.name, view.pending_namespace, view.table) if view.pending_namespace else None
+    table = quote(cfg.catalog.name, view.namespace, view.table)
+    return _on_trino(view.namespace, view.name), view.select(table, pending)
+
+
 def test_trino_reads_the_changelog_as_spark_does(lake, spark, trino_server) -> None:
-    cfg, source = lake
+    cfg, source, *_ = lake
     for table in source.tables():
         expected = spark_rows(spark.table(quote(cfg.catalog.name, cfg.changelog.namespace, table)))
         assert len(expected[1]) > 0
@@ -114,7 +142,7 @@ def test_trino_reads_the_changelog_as_spark_does(lake, spark, trino_server) -> N
 
 
 def test_trino_reads_the_mirrors_base_and_pending_tables(lake, spark, trino_server) -> None:
-    cfg, source = lake
+    cfg, source, *_ = lake
     for table in source.tables():
         assert pending_table(cfg, spark, table) is not None, "the mirror is in the pending layout"
         for namespace in (cfg.mirror.namespace, cfg.mirror.pending_namespace):
@@ -127,18 +155,18 @@ def test_the_views_athena_ddl_prints_run_on_trino_and_answer_as_in_spark(lake, s
     """Each view, created in Glue by Trino from its Athena text (as Athena holds them), shows what the same view
     shows in Spark: a mirror's `_current` and `_deleted` (the overlay of its pending changes on its base) and a
     changelog table's `_latest`."""
-    cfg, source = lake
+    cfg, source, *_ = lake
     views = [v for v in lake_views(cfg, spark) if v.table in source.tables()]
-    suffixes = (cfg.mirror.view_suffix, cfg.mirror.deleted_view_suffix, cfg.mirror.latest_view_suffix)
-    assert sorted(v.name for v in views) == sorted(f"{t}{s}" for t in source.tables() for s in suffixes)
+    m = cfg.mirror
+    suffixes = (m.view_suffix, m.deleted_view_suffix, m.latest_view_suffix)
+    assert sorted(v.name for v in views) == sorted([f"{t}{s}" for t in source.tables() for s in suffixes]
+                                                   + [f"{history_table(source.prefix)}{m.history_view_suffix}"])
     try:
         for view in views:
-            trino_server.cursor().execute(view.athena_ddl())
-            pending = quote(cfg.catalog.name, view.pending_namespace, view.table) if view.pending_namespace else None
-            expected = spark_rows(spark.sql(view.select(quote(cfg.catalog.name, view.namespace, view.table), pending)))
+            on_trino, on_spark = _view_pair(cfg, spark, trino_server, view)
+            expected = spark_rows(spark.sql(on_spark))
             assert len(expected[1]) > 0, view.name
-            found = trino_rows(trino_server, f"SELECT * FROM {_on_trino(view.namespace, view.name)}")
-            assert found == expected, f"{view.namespace}.{view.name}"
+            assert trino_rows(trino_server, f"SELECT * FROM {on_trino}") == expected, f"{view.namespace}.{view.name}"
     finally:  # the changelog namespace is the worker's, shared with other modules' tables
         for view in views:
             if view.namespace == cfg.changelog.namespace:
@@ -147,7 +175,7 @@ def test_the_views_athena_ddl_prints_run_on_trino_and_answer_as_in_spark(lake, s
 
 def test_trino_travels_to_every_commit_of_a_mirror_as_spark_does(lake, spark, trino_server) -> None:
     """Its base and its pending table: each has a past that differs from its present."""
-    cfg, source = lake
+    cfg, source, *_ = lake
     table = source.tables()[0]
     for namespace in (cfg.mirror.namespace, cfg.mirror.pending_namespace):
         ref = quote(cfg.catalog.name, namespace, table)
@@ -165,12 +193,57 @@ def test_trino_travels_to_every_commit_of_a_mirror_as_spark_does(lake, spark, tr
 def test_athena_ddls_time_travel_examples_run_on_trino_as_printed(lake, spark, trino_server) -> None:
     """`FOR TIMESTAMP AS OF` and `FOR VERSION AS OF`, both pinned to each mirror base's latest commit: its live
     rows then, in the columns the table had then (the second part added one since)."""
-    cfg, source = lake
+    cfg, source, *_ = lake
     examples = [s.sql for s in athena_statements(cfg, spark) if s.sql and " AS OF " in s.sql]
     assert len(examples) == 2 * len(source.tables())
     for table in source.tables():
         ref = quote(cfg.catalog.name, cfg.mirror.namespace, table)
         latest = spark.sql(f"SELECT snapshot_id FROM {ref}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
-        expected = spark_rows(spark.sql(f"SELECT * FROM {ref} VERSION AS OF {latest} WHERE NOT _is_deleted"))
+        live = "_is_current AND NOT _is_deleted" if table == history_table(source.prefix) else "NOT _is_deleted"
+        expected = spark_rows(spark.sql(f"SELECT * FROM {ref} VERSION AS OF {latest} WHERE {live}"))
         for example in [e for e in examples if _on_trino(cfg.mirror.namespace, table) in e]:
             assert trino_rows(trino_server, example) == expected, example
+
+
+def _views_of(cfg: PipelineConfig, spark, table: str) -> dict[str, ViewSpec]:
+    """A mirror's views by suffix, as `athena-ddl` prints them."""
+    return {v.name.removeprefix(table): v for v in views_of_mirror(cfg, spark, table)}
+
+
+def test_trino_shows_one_keys_history_in_an_scd2_mirror_as_spark_does(lake, spark, trino_server) -> None:
+    """The `_history` view (base versions with the pending changes' versions rebuilt over them) of the key with
+    the most versions, one of them its deletion: every version, with its boundaries, in both engines."""
+    cfg, source, *_ = lake
+    table = history_table(source.prefix)
+    key = cfg.mirror.key_columns(table)[0]
+    history = _views_of(cfg, spark, table)[cfg.mirror.history_view_suffix]
+    on_trino, on_spark = _view_pair(cfg, spark, trino_server, history)
+    most = spark.sql(f"SELECT {quote(key)} AS k, count(*) AS n FROM ({on_spark}) GROUP BY {quote(key)} "
+                     "HAVING max(CAST(_is_deleted AS int)) = 1 ORDER BY n DESC, k LIMIT 1").first()
+    assert most is not None and most["n"] > 2, f"{table}: a key with versions and a deletion"
+    value = f"CAST({sql_string(str(most['k']))} AS bigint)"
+    expected = spark_rows(spark.sql(f"SELECT * FROM ({on_spark}) WHERE {quote(key)} = {value}"))
+    assert len(expected[1]) == most["n"]
+    assert trino_rows(trino_server, f"SELECT * FROM {on_trino} WHERE {_on_trino(key)} = {value}") == expected
+
+
+def test_trino_reads_a_hard_delete_mirror_as_spark_does(lake, spark, trino_server) -> None:
+    """Merged twice with merge-on-read, its second merge's updates and deletes are position delete files that
+    Trino applies: it shows Spark's rows, none of the keys the soft mirror shows as deleted, and an empty
+    `_deleted` view."""
+    cfg, source, hard = lake
+    table = hard_table(source.prefix)
+    key = quote(cfg.mirror.key_columns(table)[0])
+    ref = quote(hard.catalog.name, hard.mirror.namespace, table)
+    assert spark.sql(f"SELECT count(*) FROM {ref}.delete_files").first()[0] > 0, "position deletes to apply"
+    expected = spark_rows(spark.table(ref))
+    found = trino_rows(trino_server, f"SELECT * FROM {_on_trino(hard.mirror.namespace, table)}")
+    assert found == expected
+    soft_deleted = _view_pair(cfg, spark, trino_server, _views_of(cfg, spark, table)[cfg.mirror.deleted_view_suffix])[1]
+    deleted = {r[0] for r in spark.sql(f"SELECT {key} FROM ({soft_deleted})").collect()}
+    position = found[0].index(cfg.mirror.key_columns(table)[0])
+    assert deleted and not deleted & {row[position] for row in found[1]}
+    views = _views_of(hard, spark, table)
+    for suffix, rows in ((hard.mirror.view_suffix, expected[1]), (hard.mirror.deleted_view_suffix, [])):
+        on_trino, _ = _view_pair(hard, spark, trino_server, views[suffix])
+        assert trino_rows(trino_server, f"SELECT * FROM {on_trino}")[1] == rows, suffix
