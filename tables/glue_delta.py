@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
+PARQUET_SERDE = "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"
+PARQUET_INPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat"
+PARQUET_OUTPUT = "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat"
+
+
 def s3_location(path: str) -> str:
     """Athena and Glue name S3 locations `s3://`; Spark may write the same folder as `s3a://`."""
     return "s3://" + path.split("://", 1)[1] if path.startswith(("s3a://", "s3n://")) else path
@@ -42,8 +47,16 @@ def table_input(name: str, location: str, columns: list[dict[str, str]]) -> dict
     return {
         "Name": name,
         "TableType": "EXTERNAL_TABLE",
-        "Parameters": {"table_type": "DELTA", "EXTERNAL": "TRUE", "classification": "delta"},
-        "StorageDescriptor": {"Columns": columns, "Location": location},
+        # table_type for Athena; the Spark provider for Trino's Delta Lake connector, which reads only the Glue
+        # tables that name it ("… is not a Delta Lake table" otherwise), as Spark's own Delta tables in Glue do.
+        "Parameters": {"table_type": "DELTA", "EXTERNAL": "TRUE", "classification": "delta",
+                       "spark.sql.sources.provider": "delta"},
+        # Parquet's SerDe and formats, as Athena's own CREATE EXTERNAL TABLE writes them, and the location as the
+        # SerDe's `path` too, as Spark writes a Delta table in Glue: Trino's Delta Lake connector stops on a Glue
+        # table without them ("StorageDescriptor SerDeInfo is null", "No path property defined for table").
+        "StorageDescriptor": {"Columns": columns, "Location": location, "InputFormat": PARQUET_INPUT,
+                              "OutputFormat": PARQUET_OUTPUT,
+                              "SerdeInfo": {"SerializationLibrary": PARQUET_SERDE, "Parameters": {"path": location}}},
     }
 
 
@@ -109,5 +122,6 @@ class DeltaGlue:
 
 def _same(held: dict[str, Any], wanted: dict[str, Any]) -> bool:
     got, want = held.get("StorageDescriptor", {}), wanted["StorageDescriptor"]
-    return (got.get("Location") == want["Location"]
+    return (wanted["Parameters"].items() <= held.get("Parameters", {}).items()
+            and got.get("Location") == want["Location"]
             and [(c["Name"], c["Type"]) for c in got.get("Columns", [])] == [(c["Name"], c["Type"]) for c in want["Columns"]])

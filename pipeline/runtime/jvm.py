@@ -79,6 +79,7 @@ class Bundle:
 
     def _fingerprint(self) -> str:
         digest = hashlib.sha256(self.pom.read_bytes())
+        digest.update(" ".join(self.extract).encode())  # another layout of the same archive is another bundle
         if self.built:
             for source in sorted((self.pom.parent / "src").rglob("*")):
                 if source.is_file():
@@ -110,7 +111,8 @@ KAFKA = Bundle("kafka", "dependency:copy-dependencies")
 APICURIO = Bundle("apicurio", "dependency:unpack@registry")
 CONNECT = Bundle("connect", "dependency:copy-dependencies")  # Kafka Connect + Debezium + Apicurio's converter
 FUNCTIONS = Bundle("cdc", "package", built=True)  # the pipeline's own Spark functions (`cdc/native.py`)
-TRINO = Bundle("trino", "dependency:copy@server", extract=("lib/", "plugin/iceberg/"))  # the engine Athena runs
+TRINO = Bundle("trino", "dependency:copy@server",  # the engine Athena runs, with its Iceberg and Delta Lake connectors
+               extract=("lib/", "plugin/iceberg/", "plugin/delta-lake/"))
 BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT, FUNCTIONS, TRINO)
 
 

@@ -1,9 +1,11 @@
 """Trino, the engine Athena (engine version 3) is built on, reading the lake the way Athena does.
 
-One catalog, `awsdatacatalog` as Athena names its own: Trino's Iceberg connector on the Glue Data Catalog and
-S3 that the `aws` settings name (the stack's moto by default), with Trino's native S3 file system. That is
+Catalog `awsdatacatalog`, as Athena names its own: Trino's Iceberg connector on the Glue Data Catalog and S3
+that the `aws` settings name (the stack's moto by default), with Trino's native S3 file system. That is
 Athena's configuration, so a table or view Trino reads here is one Athena has a chance to read, and an error
-Trino gives here is the one to expect there (docs/sql-access.md).
+Trino gives here is the one to expect there (docs/sql-access.md). Athena reads the Delta tables of the same
+Glue databases natively; a Trino connector reads one table format, so catalog `delta` is Trino's Delta Lake
+connector on the same Glue and S3, showing only the Delta tables.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pipeline.stack.base import Port, Service
 from pipeline.stack.java import find_java
 
 CATALOG = "awsdatacatalog"
+DELTA_CATALOG = "delta"
 JAVA_MAJOR = 24  # Trino 476 checks for Java 24.0.1 at start-up and stops on anything older
 
 
@@ -74,17 +77,28 @@ class Trino(Service):
             "catalog.config-dir": str(etc / "catalog"),
         })
         _write_properties(etc / "catalog" / f"{CATALOG}.properties", self._catalog())
+        _write_properties(etc / "catalog" / f"{DELTA_CATALOG}.properties", self._delta_catalog())
         return etc
 
     def _catalog(self) -> dict[str, str]:
         """Iceberg on Glue and S3, as the pipeline's own clients reach them (`aws` settings)."""
-        aws = self.cfg.aws
-        settings = {
+        return {
             "connector.name": "iceberg",
             "iceberg.catalog.type": "glue",
             # Trino would otherwise write the columns it reads into each Glue table's parameters, a write
             # that races the pipeline's commits on Glue's version lock; Athena only reads.
             "iceberg.glue.cache-table-metadata": "false",
+            **self._glue_and_s3(),
+        }
+
+    def _delta_catalog(self) -> dict[str, str]:
+        """Delta Lake on the same Glue and S3; the Iceberg tables beside the Delta ones are not its own."""
+        return {"connector.name": "delta-lake", "hive.metastore": "glue", "delta.hide-non-delta-lake-tables": "true",
+                **self._glue_and_s3()}
+
+    def _glue_and_s3(self) -> dict[str, str]:
+        aws = self.cfg.aws
+        settings = {
             "hive.metastore.glue.region": aws.region,
             "fs.native-s3.enabled": "true",
             "s3.region": aws.region,

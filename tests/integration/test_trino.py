@@ -2,7 +2,8 @@
 does, row for row, for the changelog, SCD1 mirrors in the pending layout (their base, their pending changes and,
 through the views `athena-ddl` prints, their current state and their deleted rows), an SCD2 mirror (its
 versions, one key's history), a mirror with hard deletes (merge-on-read: Iceberg position deletes), the
-changelog's latest-change views, and time travel on the mirror, `athena-ddl`'s own examples included."""
+changelog's latest-change views, time travel on the mirror, `athena-ddl`'s own examples included, and a Delta
+mirror through Trino's Delta Lake connector."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 import pytest
 import trino
 
+from pipeline.api import apply_changes
 from pipeline.config.settings import PipelineConfig
 from pipeline.sql.athena import athena_statements
 from pipeline.stack import Stack
-from pipeline.stack.trino import connect
+from pipeline.stack.trino import DELTA_CATALOG, connect
 from pipeline.stages.mirror import MirrorStage
-from tables.names import quote, sql_string
+from tables.glue_delta import DeltaGlue
+from tables.names import column, quote, sql_string
 from tables.pending import pending_table
 from tables.views import ViewSpec, lake_views, views_of_mirror
-from tests.conftest import PORT_OFFSET
+from tests.conftest import GLUE_BUCKET, PORT_OFFSET
 from tests.integration.test_glue_catalog import glue_cfg  # noqa: F401 (a fixture: the tests' Glue catalog on moto)
 from tests.integration.test_mirror import Source, _configure, _own_mirrors
 
@@ -247,3 +250,52 @@ def test_trino_reads_a_hard_delete_mirror_as_spark_does(lake, spark, trino_serve
     for suffix, rows in ((hard.mirror.view_suffix, expected[1]), (hard.mirror.deleted_view_suffix, [])):
         on_trino, _ = _view_pair(hard, spark, trino_server, views[suffix])
         assert trino_rows(trino_server, f"SELECT * FROM {on_trino}")[1] == rows, suffix
+
+
+@pytest.fixture(scope="module")
+def delta_mirror(lake, spark) -> tuple[PipelineConfig, str]:
+    """`hard_table`'s changelog applied to a Delta mirror on S3 by `apply_changes` (the mirror stage's code) in
+    two parts, the first half of its changes by source position and then the rest, and registered in Glue as the
+    stages register Delta tables (`lake.delta_glue`): the configuration it is in, and its path."""
+    cfg, source, *_ = lake
+    run = uuid.uuid4().hex[:6]
+    delta = cfg.model_copy(update={
+        "lake": cfg.lake.model_copy(update={"format": "delta", "delta_root": f"s3://{GLUE_BUCKET}/delta-{run}",
+                                            "delta_glue": True}),
+        "mirror": cfg.mirror.model_copy(update={"namespace": f"mirror_td{run}"})})
+    table = hard_table(source.prefix)
+    path = f"{delta.lake.delta_root}/{delta.mirror.namespace}/{table}"
+    changes = spark.table(quote(cfg.catalog.name, cfg.changelog.namespace, table))
+    middle = changes.selectExpr("percentile_approx(_seq.source_major, 0.5)").first()[0]
+    for part in (changes.where(f"_seq.source_major <= {middle}"), changes.where(f"_seq.source_major > {middle}")):
+        apply_changes(spark, path, part, cfg.mirror.key_columns(table), "_seq", config=delta)
+    assert DeltaGlue(delta, spark).sync(delta.mirror.namespace, table)
+    return delta, path
+
+
+def _in_millis(frame: DataFrame) -> DataFrame:
+    """`frame` with its zoned timestamps cut to milliseconds, as Trino's Delta Lake connector reads a Delta
+    `timestamp`: as `timestamp(3) with time zone`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    return frame.select(*[F.date_trunc("millisecond", column(f.name)).alias(f.name)
+                          if isinstance(f.dataType, TimestampType) else column(f.name) for f in frame.schema.fields])
+
+
+def test_trino_reads_a_delta_mirror_in_glue_as_spark_does(lake, delta_mirror, spark, trino_server) -> None:
+    """Through Trino's Delta Lake connector (catalog `delta`, the same Glue and S3): the table now, and each of
+    its versions as Spark reads it (`FOR VERSION AS OF`), zoned times to the millisecond; its soft-deleted rows
+    are among them."""
+    delta, path = delta_mirror
+    table = _on_trino(DELTA_CATALOG, delta.mirror.namespace, hard_table(lake.source.prefix))
+    rows = spark.read.format("delta").load(path)
+    assert rows.where("_merged_at <> date_trunc('millisecond', _merged_at)").count() > 0, "microseconds to cut"
+    expected = spark_rows(_in_millis(rows))
+    assert any(row[expected[0].index("_is_deleted")] for row in expected[1]), "deleted rows to read"
+    assert trino_rows(trino_server, f"SELECT * FROM {table}") == expected
+    versions = [r["version"] for r in spark.sql(f"DESCRIBE HISTORY delta.{quote(path)}").collect()]
+    assert len(versions) > 1
+    for version in versions:
+        then = spark_rows(_in_millis(spark.read.format("delta").option("versionAsOf", version).load(path)))
+        assert trino_rows(trino_server, f"SELECT * FROM {table} FOR VERSION AS OF {version}") == then, version

@@ -43,6 +43,15 @@ def test_the_catalog_is_iceberg_on_the_glue_and_s3_the_pipeline_writes(tmp_path:
     assert catalog["hive.metastore.glue.aws-access-key"] == catalog["s3.aws-access-key"] == "test"
 
 
+def test_the_delta_catalog_reads_the_same_glue_and_s3_and_only_delta_tables(tmp_path: Path) -> None:
+    trino = Trino(_cfg(tmp_path, "stack.moto_port=5999"))
+    delta, iceberg = trino._delta_catalog(), trino._catalog()
+    assert delta["connector.name"] == "delta-lake" and delta["hive.metastore"] == "glue"
+    assert delta["delta.hide-non-delta-lake-tables"] == "true"
+    assert {k: v for k, v in delta.items() if k.startswith(("hive.metastore.glue.", "s3."))} == \
+        {k: v for k, v in iceberg.items() if k.startswith(("hive.metastore.glue.", "s3."))}
+
+
 def test_on_real_aws_the_catalog_names_no_endpoint_and_no_keys(tmp_path: Path) -> None:
     catalog = _catalog(_cfg(tmp_path, "aws.endpoint_url=", "aws.region=eu-west-1"))
     assert catalog["hive.metastore.glue.region"] == catalog["s3.region"] == "eu-west-1"
