@@ -57,10 +57,20 @@ class ViewSpec:
 
     def athena_ddl(self) -> str:
         """The view in Athena's dialect, over the Glue database named like the namespace."""
-        import sqlglot
+        return athena_sql(self.spark_ddl(None))
 
-        # Every identifier quoted: Athena wants names that start with `_` (the pipeline's columns) in quotes.
-        return sqlglot.transpile(self.spark_ddl(None), read="spark", write="athena", identify=True)[0]
+    def athena_select(self) -> str:
+        """The view's query in Athena's dialect: what Athena runs when the view is read, without the view."""
+        pending = quote(self.pending_namespace, self.table) if self.pending_namespace else None
+        return athena_sql(self.select(quote(self.namespace, self.table), pending))
+
+
+def athena_sql(spark_sql: str) -> str:
+    """Spark SQL over `namespace.table` names in Athena's (Trino's) dialect, as the views are rendered."""
+    import sqlglot
+
+    # Every identifier quoted: Athena wants names that start with `_` (the pipeline's columns) in quotes.
+    return sqlglot.transpile(spark_sql, read="spark", write="athena", identify=True)[0]
 
 
 def athena_type(kind: DataType) -> str:

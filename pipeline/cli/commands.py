@@ -233,7 +233,12 @@ def cmd_verify(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     if not args.truth.is_file():
         print(f"error: no truth file {args.truth}; pass the file `pipeline simulate` printed", file=sys.stderr)
         return EXIT_USAGE
-    verdicts = verify_lake(cfg, get_spark(cfg), TruthStore(args.truth), _split(args.tables), args.as_of_source)
+    if args.as_of_source and args.engine == "trino":
+        print("error: --as-of-source rebuilds a past state from the changelog in Spark; verify it without "
+              "--engine trino", file=sys.stderr)
+        return EXIT_USAGE
+    verdicts = verify_lake(cfg, get_spark(cfg), TruthStore(args.truth), _split(args.tables), args.as_of_source,
+                           args.engine)
     for verdict in verdicts:
         print("\n".join(verdict.lines()))
     bad = sum(v.mismatches for v in verdicts)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from pipeline.cli import commands
 
+ENGINES = ("spark", "trino")  # what runs `query`, `views` and `verify`: Spark, or Trino (Athena's engine) on Glue
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pipeline",
@@ -125,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--truth", type=Path, required=True, help="the simulator's ground-truth SQLite file")
     verify.add_argument("--tables", help="comma-separated tables (default: every mirror)")
     verify.add_argument("--as-of-source", metavar="TIME", help="verify the state rebuilt as of this source time")
+    verify.add_argument("--engine", choices=ENGINES, default="spark",
+                        help="trino: read the mirrors through Trino (Athena's engine) and their views' Athena SQL")
     verify.set_defaults(handler=commands.cmd_verify)
 
     maintain = subcommands.add_parser("maintain", help="compact, expire old snapshots and delete orphan files")

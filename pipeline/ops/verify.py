@@ -1,6 +1,9 @@
 """`pipeline verify`: a mirror (now) or a rebuilt state (as of a source time) against the simulator's truth.
 
-An SCD2 mirror is compared version by version (`verify_history`, the truth's `versions`). The comparison runs in Spark: the truth's rows become a DataFrame with the table's own types, and a full outer
+An SCD2 mirror is compared version by version (`verify_history`, the truth's `versions`). With `engine="trino"`
+the mirror is read by Trino (Athena's engine) through its views' SQL as Athena runs it (`mirror_rows`), so what
+an Athena user will see is what is checked. The comparison runs in Spark: the truth's rows become a DataFrame
+with the table's own types, and a full outer
 join on the key finds rows missing from the lake, rows the source does not have, and rows whose values differ.
 Columns the truth row does not carry (written before a column existed) must be null in the lake. A truth
 value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake type it lands as
@@ -16,18 +19,21 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from cdc.columns import source_column, source_columns
 from pipeline.config.settings import PipelineConfig
+from pipeline.sql.trino_query import fetch
 from pipeline.stages.mirror import MirrorError, table_keys, with_table_keys
 from simulators.semantic import lake_value
 from simulators.truth import TruthStore
 from tables.history import tracked_columns
 from tables.lake import lake_table, table_names
-from tables.names import LakeNames, column
+from tables.names import LakeNames, column, quote
 from tables.pending import mirror_state
+from tables.views import views_of_mirror
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+Engine = Literal["spark", "trino"]  # what reads the mirrors
 MAX_REPORTED = 50  # mismatches listed per table; all are counted
 # An SCD2 version's number (per key, from 1), boundaries (ms) and deletion, as compared with the truth's.
 HISTORY_COLUMNS = ("scd2_version", "scd2_valid_from_ms", "scd2_valid_to_ms", "scd2_deleted")
@@ -144,9 +150,26 @@ def _exact(value: Any) -> Any:
     return Decimal(str(value)) if isinstance(value, (float, str)) else value
 
 
+def mirror_rows(cfg: PipelineConfig, spark: SparkSession, name: str, engine: Engine) -> DataFrame:
+    """What a reader of mirror `name` sees: its live rows (SCD1), or every version (SCD2), pending changes
+    overlaid. Trino reads them through the SQL of the `_current` or `_history` view as Athena runs it; its rows
+    come back as a DataFrame in the types Spark gives the same view."""
+    history = cfg.mirror.scd_type_of(name) == 2
+    if engine == "spark":
+        state = mirror_state(cfg, spark, name)
+        return state if history else state.where("NOT _is_deleted")
+    suffix = cfg.mirror.history_view_suffix if history else cfg.mirror.view_suffix
+    view = next(v for v in views_of_mirror(cfg, spark, name) if v.name == f"{name}{suffix}")
+    pending = quote(cfg.catalog.name, view.pending_namespace, view.table) if view.pending_namespace else None
+    schema = spark.sql(view.select(quote(cfg.catalog.name, view.namespace, view.table), pending)).schema
+    _, rows = fetch(cfg, view.athena_select(), f"view {view.namespace}.{view.name} (its SQL as athena-ddl prints it)")
+    return spark.createDataFrame(rows, schema)
+
+
 def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tables: list[str],
-                source_time: str | None = None) -> list[TableVerdict]:
-    """Each mirror (or, with `source_time`, each changelog rebuilt to that time) against the truth."""
+                source_time: str | None = None, engine: Engine = "spark") -> list[TableVerdict]:
+    """Each mirror, read by `engine` (or, with `source_time`, each changelog rebuilt to that time by Spark)
+    against the truth."""
     from pipeline.ops.timetravel import state
 
     namespace = cfg.changelog.namespace if source_time else cfg.mirror.namespace
@@ -166,24 +189,23 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
             if not mirror.exists():
                 raise MirrorError(f"no mirror {mirror.ref}: run `pipeline mirror` first")
             keys = table_keys(cfg, name, mirror)
+            lake = mirror_rows(cfg, spark, name, engine)
             if cfg.mirror.scd_type_of(name) == 2:
-                verdicts.append(verify_history(cfg, spark, truth, name, truth_table, keys))
+                verdicts.append(verify_history(cfg, truth, name, truth_table, keys, lake))
                 continue
-            lake = mirror_state(cfg, spark, name).where("NOT _is_deleted")  # with its pending changes
             expected = truth.state_at(truth_table)
         verdicts.append(compare(spark, lake, expected, keys, name, truth_table, truth.column_types(truth_table)))
     return verdicts
 
 
-def verify_history(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, name: str, truth_table: str,
-                   keys: list[str]) -> TableVerdict:
-    """An SCD2 mirror against the versions the truth's changes make under the same rules: every version of
+def verify_history(cfg: PipelineConfig, truth: TruthStore, name: str, truth_table: str, keys: list[str],
+                   versions: DataFrame) -> TableVerdict:
+    """An SCD2 mirror's `versions` against the versions the truth's changes make under the same rules: every version of
     every key, its values, whether it is a deletion, and its boundaries (`_valid_from`, `_valid_to`, to the
     millisecond, the precision of Debezium's source times), matched by key and the version's number."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    versions = mirror_state(cfg, spark, name)
     columns = source_columns(versions.columns)
     numbered = Window.partitionBy(*map(column, keys)).orderBy("_seq_from")
     lake = versions.select(*map(column, columns), F.row_number().over(numbered).alias(HISTORY_COLUMNS[0]),
@@ -192,5 +214,5 @@ def verify_history(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, 
                            F.col("_is_deleted").alias(HISTORY_COLUMNS[3]))
     expected = truth.versions(truth_table, [source_column(c) for c in tracked_columns(cfg, name, versions.columns)],
                               HISTORY_COLUMNS)
-    return compare(spark, lake, expected, [*keys, HISTORY_COLUMNS[0]], name, truth_table,
+    return compare(versions.sparkSession, lake, expected, [*keys, HISTORY_COLUMNS[0]], name, truth_table,
                    truth.column_types(truth_table))

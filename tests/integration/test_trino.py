@@ -3,7 +3,8 @@ does, row for row, for the changelog, SCD1 mirrors in the pending layout (their 
 through the views `athena-ddl` prints, their current state and their deleted rows), an SCD2 mirror (its
 versions, one key's history), a mirror with hard deletes (merge-on-read: Iceberg position deletes), the
 changelog's latest-change views, time travel on the mirror, `athena-ddl`'s own examples included, and a Delta
-mirror through Trino's Delta Lake connector."""
+mirror through Trino's Delta Lake connector; `verify` reads the mirrors through Trino, and Trino's failures
+name what they are about."""
 
 from __future__ import annotations
 
@@ -17,15 +18,18 @@ import trino
 
 from pipeline.api import apply_changes
 from pipeline.config.settings import PipelineConfig
+from pipeline.ops.verify import verify_lake
 from pipeline.sql.athena import athena_statements
+from pipeline.sql.trino_query import TrinoError, fetch
 from pipeline.stack import Stack
 from pipeline.stack.trino import DELTA_CATALOG, connect
 from pipeline.stages.mirror import MirrorStage
+from simulators.truth import TruthStore
 from tables.glue_delta import DeltaGlue
 from tables.names import column, quote, sql_string
 from tables.pending import pending_table
 from tables.views import ViewSpec, lake_views, views_of_mirror
-from tests.conftest import GLUE_BUCKET, PORT_OFFSET
+from tests.conftest import GLUE_BUCKET, PORT_OFFSET, free_port
 from tests.integration.test_glue_catalog import glue_cfg  # noqa: F401 (a fixture: the tests' Glue catalog on moto)
 from tests.integration.test_mirror import Source, _configure, _own_mirrors
 
@@ -64,6 +68,7 @@ class Lake(NamedTuple):
     cfg: PipelineConfig  # the mirrors in the pending layout, soft deletes; `history_table` is SCD2
     source: Source
     hard: PipelineConfig  # `hard_table` mirrored again with hard deletes, merge layout, merge-on-read
+    truth: TruthStore  # the source's rows and versions
 
 
 def history_table(prefix: str) -> str:
@@ -86,11 +91,11 @@ def lake(glue_cfg: PipelineConfig, trino_starting, spark, tmp_path_factory) -> L
                         layout="merge", write_mode="merge-on-read")
     source = Source(cfg, prefix, tmp_path_factory.mktemp("trino"))
     for events in (450, 900):  # the longer run repeats the shorter one, then goes on
-        source.simulate(events)
+        truth = source.simulate(events)
         source.land(spark)
         MirrorStage(cfg, spark).run_once()
         MirrorStage(hard, spark).run_once()
-    return Lake(cfg, source, hard)
+    return Lake(cfg, source, hard, truth)
 
 
 def _plain(value: Any) -> Any:
@@ -234,7 +239,7 @@ def test_trino_reads_a_hard_delete_mirror_as_spark_does(lake, spark, trino_serve
     """Merged twice with merge-on-read, its second merge's updates and deletes are position delete files that
     Trino applies: it shows Spark's rows, none of the keys the soft mirror shows as deleted, and an empty
     `_deleted` view."""
-    cfg, source, hard = lake
+    cfg, source, hard, _ = lake
     table = hard_table(source.prefix)
     key = quote(cfg.mirror.key_columns(table)[0])
     ref = quote(hard.catalog.name, hard.mirror.namespace, table)
@@ -299,3 +304,19 @@ def test_trino_reads_a_delta_mirror_in_glue_as_spark_does(lake, delta_mirror, sp
     for version in versions:
         then = spark_rows(_in_millis(spark.read.format("delta").option("versionAsOf", version).load(path)))
         assert trino_rows(trino_server, f"SELECT * FROM {table} FOR VERSION AS OF {version}") == then, version
+
+
+def _on_the_modules_trino(cfg: PipelineConfig, trino_starting) -> PipelineConfig:
+    return cfg.model_copy(update={"stack": trino_starting[0].stack})
+
+
+def test_verify_through_trino_finds_the_sources_rows_and_versions(lake, spark, trino_starting, trino_server) -> None:
+    """`verify --engine trino`: the SCD1 mirrors' current rows and the SCD2 mirror's versions as Trino reads them
+    through their views' Athena SQL, against the simulator's truth; with no Trino there, it says so."""
+    cfg, source, _, truth = lake
+    verdicts = verify_lake(_on_the_modules_trino(cfg, trino_starting), spark, truth, source.tables(), engine="trino")
+    assert all(v.mismatches == 0 and v.rows > 0 for v in verdicts), "\n".join(l for v in verdicts for l in v.lines())
+    assert [v.table for v in verdicts] == source.tables()
+    down = cfg.model_copy(update={"stack": cfg.stack.model_copy(update={"trino_port": free_port()})})
+    with pytest.raises(TrinoError, match=r"Trino at http://\S+ does not answer"):
+        verify_lake(down, spark, truth, source.tables()[:1], engine="trino")
