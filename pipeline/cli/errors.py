@@ -9,11 +9,12 @@ from pipeline.stack import StackError
 from pipeline.sql.hive_server import SqlServerError
 from pipeline.stack.java import JavaNotFound
 from pipeline.ops.timetravel import QueryError
+from pipeline.sql.trino_query import TrinoError
 from registry.backend import RegistryError
 from simulators.simulation import SimulationError
 from simulators.transport import TransportError
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
-    KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError,
+    KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError, TrinoError,
 )

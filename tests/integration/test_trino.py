@@ -320,3 +320,10 @@ def test_verify_through_trino_finds_the_sources_rows_and_versions(lake, spark, t
     down = cfg.model_copy(update={"stack": cfg.stack.model_copy(update={"trino_port": free_port()})})
     with pytest.raises(TrinoError, match=r"Trino at http://\S+ does not answer"):
         verify_lake(down, spark, truth, source.tables()[:1], engine="trino")
+
+
+def test_a_table_trino_cannot_read_is_named_with_trinos_error(lake, trino_starting, trino_server) -> None:
+    cfg = _on_the_modules_trino(lake.cfg, trino_starting)
+    missing = _on_trino(cfg.mirror.namespace, "moved_away")
+    with pytest.raises(TrinoError, match=rf"could not read {cfg.mirror.namespace}.moved_away: TABLE_NOT_FOUND"):
+        fetch(cfg, f"SELECT * FROM {missing}", f"{cfg.mirror.namespace}.moved_away")

@@ -9,9 +9,11 @@ import pytest
 from pipeline.cli.commands import _stack
 from pipeline.cli.parser import build_parser
 from pipeline.config.settings import ConfigError, load_config
+from pipeline.sql.trino_query import TrinoError, fetch
 from pipeline.stack.java import JavaNotFound
 from pipeline.stack.services import all_services
 from pipeline.stack.trino import Trino
+from tests.conftest import free_port
 from tests.unit.test_java_and_maven import _fake_java
 
 
@@ -67,3 +69,10 @@ def test_without_a_new_enough_java_it_says_which_it_needs_and_where_it_looked(
     old = _fake_java(tmp_path, "21.0.1")
     with pytest.raises(JavaNotFound, match=r"needs Java 24\+, but .*java21.0.1 \(stack.trino_java\) is Java 21"):
         Trino(_cfg(tmp_path, f"stack.trino_java={old}")).command()
+
+
+def test_trino_down_is_said_with_its_address(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    said = rf"Trino at http://127.0.0.1:{port} does not answer .*stack up --with trino"
+    with pytest.raises(TrinoError, match=said):
+        fetch(_cfg(tmp_path, f"stack.trino_port={port}"), "SELECT 1", "x")
