@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-postgres test unit test-stack-up test-stack-down bench soak stack-up stack-down clean
+.PHONY: setup demo demo-trino demo-postgres test unit test-stack-up test-stack-down bench soak stack-up stack-down clean
 
 $(PIP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,19 @@ demo: setup
 	$(DEMO) history --table moma_artists --key 1
 	$(DEMO) verify --truth $(DEMO_TRUTH)
 
+# After `make demo`: the same MoMA topics landed again in Glue mode, on the stack's moto (Glue and S3, in the
+# bucket the demo's smoke path made), as Athena's lake would be; then Trino, Athena's engine, reads it: the views
+# created through it as Athena keeps them, the mirrors verified through them, and one query answered by Trino.
+TRINO_DEMO := $(PY) -m pipeline --set catalog.type=glue --set catalog.warehouse=s3://demo-landing/lake \
+	--set mirror.tables=moma_artists,moma_artworks --set changelog.checkpoint=.pipeline/checkpoints/demo-glue
+demo-trino: setup
+	$(PY) -m pipeline stack up --with trino
+	$(TRINO_DEMO) changelog --topic-pattern 'moma\..*' --until-caught-up
+	$(TRINO_DEMO) mirror
+	$(TRINO_DEMO) views --engine trino > /dev/null
+	$(TRINO_DEMO) verify --engine trino --truth $(DEMO_TRUTH)
+	$(TRINO_DEMO) query --engine trino \
+		'SELECT nationality, count(*) AS artists FROM "mirror"."moma_artists_current" GROUP BY 1 ORDER BY 2 DESC LIMIT 5'
 # The same path on a real source: PostgreSQL -> Debezium's connector on Kafka Connect (Apicurio's converter as
 # seed 002 configures it) -> changelog -> mirror -> the mirrors against SELECT * (0 mismatches expected).
 # Each run has its own connector, topics and lake tables, so it can be repeated.

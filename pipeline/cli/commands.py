@@ -14,6 +14,7 @@ from pipeline.runtime import jvm
 
 if TYPE_CHECKING:
     from pipeline.stack import ServiceStatus, Stack
+    from tables.views import ViewSpec
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_MISMATCH = 3  # verify: the lake differs from the truth
@@ -199,7 +200,26 @@ def cmd_query(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.ops import timetravel
     from pipeline.runtime.spark import get_spark
 
+    if args.engine == "trino":
+        return _query_on_trino(cfg, args)
+
     timetravel.query(cfg, get_spark(cfg), args.sql, args.as_of).show(args.limit, truncate=False)
+    return EXIT_OK
+
+
+def _query_on_trino(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    """Athena's SQL as Athena runs it: Glue databases and tables by name, time travel in the SQL itself."""
+    from pipeline.sql.trino_query import fetch
+
+    if args.as_of:
+        print("error: --as-of is Spark's; on Trino write FOR VERSION AS OF <snapshot id> or FOR TIMESTAMP AS OF "
+              "TIMESTAMP '<time> UTC' after the table", file=sys.stderr)
+        return EXIT_USAGE
+    columns, rows = fetch(cfg, args.sql, "the query's tables")
+    print(" | ".join(columns))
+    for row in rows[:args.limit]:
+        print(" | ".join("NULL" if v is None else str(v) for v in row))
+    print(f"{len(rows)} rows (trino)")
     return EXIT_OK
 
 
@@ -266,6 +286,8 @@ def cmd_views(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     catalog = cfg.catalog.name if cfg.lake.format == "iceberg" else None  # Delta: the session catalog
     cfg, _ = with_table_keys(cfg, spark, table_names(cfg, spark, cfg.changelog.namespace))
     views = lake_views(cfg, spark)
+    if args.engine == "trino":
+        return _views_on_trino(cfg, views, args.print_only)
     for view in views:
         print(f"{view.spark_ddl(catalog)};")
     if catalog is None:
@@ -275,6 +297,19 @@ def cmd_views(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     elif not args.print_only:
         replace_views(spark, catalog, views)
         print(f"-- {len(views)} views created in {catalog}")
+    return EXIT_OK
+
+
+def _views_on_trino(cfg: PipelineConfig, views: list[ViewSpec], print_only: bool) -> int:
+    """The views in Athena's dialect, created by Trino in Glue as Athena keeps them (Glue mode)."""
+    from pipeline.sql.trino_query import fetch
+
+    for view in views:
+        print(f"{view.athena_ddl()};")
+        if not print_only:
+            fetch(cfg, view.athena_ddl(), f"the tables of view {view.namespace}.{view.name}")
+    if not print_only:
+        print(f"-- {len(views)} views created through Trino")
     return EXIT_OK
 
 

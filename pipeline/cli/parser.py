@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     query.add_argument("sql")
     query.add_argument("--as-of", help="a snapshot id / Delta version, or a timestamp ('2026-11-22 18:00:00')")
     query.add_argument("--limit", type=int, default=100, help="rows to print")
+    query.add_argument("--engine", choices=ENGINES, default="spark",
+                       help="trino: the stack's Trino (Athena's engine) runs the SQL in Athena's dialect, on Glue")
     query.set_defaults(handler=commands.cmd_query)
 
     history = subcommands.add_parser("history", help="every change of one key, with source time and lake commit")
@@ -137,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     views = subcommands.add_parser("views", help="(re)create the tables' SQL views in the catalog and print their DDL")
     views.add_argument("--print-only", action="store_true", help="print the DDL without creating the views")
+    views.add_argument("--engine", choices=ENGINES, default="spark",
+                       help="trino: create them through Trino in Glue, in Athena's dialect, as Athena keeps them")
     views.set_defaults(handler=commands.cmd_views)
 
     athena = subcommands.add_parser("athena-ddl", help="print the Athena statements for the lake's tables and views")

@@ -28,4 +28,4 @@ def fetch(cfg: PipelineConfig, sql: str, what: str) -> tuple[list[str], list[lis
     except (trino.exceptions.OperationalError, trino.exceptions.HttpError) as exc:
         raise TrinoError(f"Trino at {address} does not answer ({exc}); start it with `python -m pipeline stack up "
                          "--with trino`, or set stack.host / stack.trino_port to a running one") from None
-    return [d[0] for d in cursor.description], rows
+    return [d[0] for d in cursor.description or ()], rows  # a statement (CREATE VIEW) has no columns

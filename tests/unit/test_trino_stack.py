@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from pipeline.cli.commands import _stack
+from pipeline.cli.main import main
 from pipeline.cli.parser import build_parser
 from pipeline.config.settings import ConfigError, load_config
 from pipeline.sql.trino_query import TrinoError, fetch
@@ -71,8 +73,11 @@ def test_without_a_new_enough_java_it_says_which_it_needs_and_where_it_looked(
         Trino(_cfg(tmp_path, f"stack.trino_java={old}")).command()
 
 
-def test_trino_down_is_said_with_its_address(tmp_path: Path) -> None:
+def test_trino_down_is_said_with_its_address(tmp_path: Path, capsys) -> None:
     port = free_port()  # nothing listens there
     said = rf"Trino at http://127.0.0.1:{port} does not answer .*stack up --with trino"
     with pytest.raises(TrinoError, match=said):
         fetch(_cfg(tmp_path, f"stack.trino_port={port}"), "SELECT 1", "x")
+    argv = ["--set", f"home={tmp_path}", "--set", f"stack.trino_port={port}", "query", "--engine", "trino", "SELECT 1"]
+    assert main(argv) == 1
+    assert re.search(f"^error: {said}", capsys.readouterr().err)
