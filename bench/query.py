@@ -8,9 +8,10 @@ The tables are built as bench/mirror.py builds them (its synthetic changes: a 10
 merged) in Glue mode, as Athena reads a lake, on a throw-away moto (Glue and S3) and Trino of their own ports and
 folder (Trino needs a Java 24+, found as `stack up --with trino` finds it); a running demo or test stack is
 untouched. The queries run right after that merge: with the default (pending) layout the lookup reads the
-mirror's base and its 100k pending changes through the `_current` view's overlay. Each engine runs the same query: the view's SQL inlined, in Spark's dialect and, through sqlglot, in
-Athena's, as `athena-ddl` prints views. The mirror is bucketed by its key (`--partition-by`, as a data engineer
-configures a mirror that serves lookups; '' for none), so a lookup reads one bucket. Each query runs three
+mirror's base and its 100k pending changes through the `_current` view's overlay. Each engine runs the same
+query: the view's SQL inlined, in Spark's dialect and, through sqlglot, in Athena's, as `athena-ddl` prints
+views. The mirror is bucketed by its key (`--partition-by`, as a data engineer configures a mirror that serves
+lookups; '' for none), so a lookup reads one bucket. Each query runs three
 times (the first pays for planning and cold caches); the figure is the median.
 Usage: bench/query.py [--rows 10000000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
 Ends with: `query: trino <s> s / spark <s> s (point lookup, after merge)`.

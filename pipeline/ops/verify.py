@@ -3,8 +3,8 @@
 An SCD2 mirror is compared version by version (`verify_history`, the truth's `versions`). With `engine="trino"`
 the mirror is read by Trino (Athena's engine) through its views' SQL as Athena runs it (`mirror_rows`), so what
 an Athena user will see is what is checked. The comparison runs in Spark: the truth's rows become a DataFrame
-with the table's own types, and a full outer
-join on the key finds rows missing from the lake, rows the source does not have, and rows whose values differ.
+with the table's own types, and a full outer join on the key finds rows missing from the lake, rows the source
+does not have, and rows whose values differ.
 Columns the truth row does not carry (written before a column existed) must be null in the lake. A truth
 value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake type it lands as
 (`simulators/semantic.py`), where the lake column has that type.
@@ -200,9 +200,9 @@ def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tab
 
 def verify_history(cfg: PipelineConfig, truth: TruthStore, name: str, truth_table: str, keys: list[str],
                    versions: DataFrame) -> TableVerdict:
-    """An SCD2 mirror's `versions` against the versions the truth's changes make under the same rules: every version of
-    every key, its values, whether it is a deletion, and its boundaries (`_valid_from`, `_valid_to`, to the
-    millisecond, the precision of Debezium's source times), matched by key and the version's number."""
+    """An SCD2 mirror's `versions` against the versions the truth's changes make under the same rules: every
+    version of every key, its values, whether it is a deletion, and its boundaries (`_valid_from`, `_valid_to`,
+    to the millisecond, the precision of Debezium's source times), matched by key and the version's number."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
