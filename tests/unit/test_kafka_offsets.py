@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, TopicRange, ranges_in
+from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, ONE_TASK_RECORDS, TopicRange, ranges_in
 
 
 def _offset_log(offsets: dict[str, dict[str, int]]) -> str:
@@ -30,6 +30,14 @@ def test_the_first_batch_starts_at_the_offsets_the_kafka_source_wrote_first() ->
              "offsets/0": _offset_log({"a": {"0": 9, "1": 4}})}
     [found] = ranges_in(_reader(files), 0)
     assert found.partitions == {0: (7, 9), 1: (0, 4)} and found.upper_bound == 6
+
+
+def test_a_topic_of_few_records_is_read_by_one_task_and_a_busy_one_by_a_task_a_partition() -> None:
+    few = TopicRange("t", {0: (0, ONE_TASK_RECORDS // 2), 1: (10, 10 + ONE_TASK_RECORDS // 2)})
+    busy = TopicRange("t", {0: (0, ONE_TASK_RECORDS), 1: (0, 1)})
+    from_start = TopicRange("t", {0: (EARLIEST, ONE_TASK_RECORDS + 1), 1: (0, 1)})  # counted from offset 0
+    assert (few.one_task, busy.one_task, from_start.one_task) == (True, False, False)
+    assert not TopicRange("t", {0: (0, 5)}).one_task  # one partition is one task already
 
 
 def test_a_file_that_is_not_an_offset_log_is_a_clear_error() -> None:

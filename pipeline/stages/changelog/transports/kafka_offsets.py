@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 EARLIEST = -2  # Spark's Kafka offset JSON: the partition's earliest offset
+# A topic with at most this many records in a batch is read by one task, whatever its partitions: such a topic's
+# job is all fixed cost (a task, a Kafka consumer and a data file per partition), and a batch of a whole database
+# is mostly such topics (bench/database.py). One task decodes and writes this many records in well under a second.
+ONE_TASK_RECORDS = 20_000
 
 
 @dataclass(frozen=True)
@@ -39,14 +43,21 @@ class TopicRange:
         """Records at most (fewer where a start is the earliest offset, or a compacted topic has gaps)."""
         return sum(end - max(start, 0) for start, end in self.partitions.values())
 
+    @property
+    def one_task(self) -> bool:
+        """Whether the records are few enough to be read by one task (`ONE_TASK_RECORDS`)."""
+        return len(self.partitions) > 1 and self.upper_bound <= ONE_TASK_RECORDS
+
     def read(self, spark: SparkSession, settings: KafkaSettings, headers: bool) -> DataFrame:
-        """The topic's records in these ranges, in the columns the streaming source gives."""
+        """The topic's records in these ranges, in the columns the streaming source gives; a few records in
+        one task (`one_task`), so the job that lands them runs one task and writes one file per day."""
         ranges = sorted(self.partitions.items())
-        return (spark.read.format("kafka").options(**kafka.spark_options(settings, headers=headers))
+        rows = (spark.read.format("kafka").options(**kafka.spark_options(settings, headers=headers))
                 .option("assign", json.dumps({self.topic: [p for p, _ in ranges]}))
                 .option("startingOffsets", json.dumps({self.topic: {str(p): s for p, (s, _) in ranges}}))
                 .option("endingOffsets", json.dumps({self.topic: {str(p): e for p, (_, e) in ranges}}))
                 .option("failOnDataLoss", "false").load())
+        return rows.coalesce(1) if self.one_task else rows
 
 
 def batch_ranges(spark: SparkSession, checkpoint: str, batch_id: int) -> list[TopicRange]:

@@ -1,0 +1,218 @@
+"""A whole database (issue 41): the fixed cost a table adds to a changelog batch, and where that time goes.
+
+1. The simulator writes `--events` Debezium changes of `synthetic:1` (one table) to Kafka, and as many of
+   `synthetic:<--tables>` (the same number of changes, skewed over the tables: a few hot, a long quiet tail), each
+   under a topic prefix of its own.
+2. The changelog stage drains each prefix in one batch (`changelog --until-caught-up`, one Spark session for
+   both); t1 and tN are those drains. The fixed cost per table is (tN - t1) / (N - 1); the issue's targets are
+   <= 50 ms per table and tN <= 2 t1 + 10 s. That batch creates the tables (the issue's figure); then the same
+   changes are sent again and drained as the next batch, which appends to them (a running stream's batch).
+3. While an N-table batch lands, the driver's calls that cost per table are timed (`Probe`: registry lookups,
+   catalog and snapshot lookups, the appends' writes and commits, the topics' plans) and Spark's jobs counted
+   and summed from its status store. The probes are thread-seconds: `changelog.concurrent_topics` threads
+   overlap them, so they add up to more than the wall time.
+4. The driver's heap in use after the N-table batches (after a full GC) is printed against the 2 GiB bound.
+
+Both drains are first run untimed on a small database of their own (class loading, the JIT's first compiles).
+The mirror half and the real-types race of the issue's closing line are not measured here yet (`n/a`).
+
+Needs the stack (`python -m pipeline stack up`, or the test stack with its settings passed by `--set`).
+Usage: bench/database.py [--tables 500] [--events 200000] [--warmup 2000] [--set k=v ...]
+Ends with: `database: <N> tables, changelog <ms> ms/table (appending to them: <ms>), mirror n/a, real types n/a`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from pyspark.sql.catalog import Catalog  # noqa: E402
+from pyspark.sql.readwriter import DataFrameWriterV2  # noqa: E402
+
+from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
+from pipeline.runtime import logs  # noqa: E402
+from pipeline.runtime.spark import get_spark  # noqa: E402
+from pipeline.stages.changelog import ChangelogStage  # noqa: E402
+from pipeline.stages.changelog import landing as landing_module  # noqa: E402
+from registry import resolver as resolver_module  # noqa: E402
+from registry.factory import serde_from_settings  # noqa: E402
+from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
+from simulators.transport import KafkaTransport  # noqa: E402
+from simulators.truth import TruthStore  # noqa: E402
+from tables import append as append_module  # noqa: E402
+
+SNAPSHOT_ROWS = 10  # rows per table before the changes start: the skew is in the changes, not the snapshot
+
+# (module or class, attribute, label): the driver calls a table's landing makes, timed while the batch lands
+PROBED: list[tuple[Any, str, str]] = [
+    (resolver_module.SchemaResolver, "subject_writers", "registry: subject's writers"),
+    (resolver_module.SchemaResolver, "readers", "registry: readers"),
+    (resolver_module.SchemaResolver, "key_columns", "registry: record key"),
+    (landing_module.Landing, "_key", "table key lookup"),
+    (landing_module.Owners, "claim", "owner claim (catalog)"),
+    (landing_module.Landing, "_topic", "topic: plan + append (all)"),
+    (landing_module.Landing, "_created", "new table properties"),
+    (append_module.IcebergAppender, "append", "append: whole call"),
+    (append_module, "_loaded", "append: load the table (or none)"),
+    (append_module.IcebergAppender, "_committed", "append: idempotence lookup"),
+    (landing_module, "stamped", "plan: batch stamp"),
+    (Catalog, "tableExists", "catalog: table exists"),
+    (DataFrameWriterV2, "create", "write: create table (job + commit)"),
+    (DataFrameWriterV2, "append", "write: append (job + commit)"),
+    (landing_module.Landing, "append_dead_letters", "dead letters"),
+]
+
+
+class Probe:
+    """Thread-seconds and calls per label, of the functions in `PROBED`, while `timing()` is on."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._lock = threading.Lock()
+
+    def wrap(self, function: Callable[..., Any], label: str) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                with self._lock:
+                    self.seconds[label] += time.perf_counter() - started
+                    self.calls[label] += 1
+        return timed
+
+    @contextmanager
+    def timing(self) -> Iterator[None]:
+        originals = [(owner, name, owner.__dict__[name]) for owner, name, _ in PROBED]
+        for owner, name, label in PROBED:
+            original = owner.__dict__[name]
+            wrapped = self.wrap(original.__func__ if isinstance(original, staticmethod) else original, label)
+            setattr(owner, name, staticmethod(wrapped) if isinstance(original, staticmethod) else wrapped)
+        try:
+            yield
+        finally:
+            for owner, name, original in originals:
+                setattr(owner, name, original)
+
+
+def simulate(cfg: PipelineConfig, prefix: str, tables: int, events: int, folder: Path, round_: str = "") -> int:
+    """`events` Debezium changes of `synthetic:<tables>` to Kafka under `prefix`; returns the tables written.
+    A second round under the same prefix sends the same tables' changes again (the same seed: the same tables)."""
+    options = SimulationOptions(format="debezium", tables=f"synthetic:{tables}", events=events,
+                                snapshot_rows=SNAPSHOT_ROWS, topic_prefix=prefix)
+    transport = KafkaTransport(cfg.kafka, partitions=cfg.stack.kafka_partitions)
+    started = time.perf_counter()
+    summary = Simulation(options, transport, TruthStore(folder / f"{prefix}{round_}.db"),
+                         serde_from_settings(cfg.registry, cfg.aws)).run(progress=False)
+    touched = len({table for table, _ in summary.events})
+    print(f"  simulated {summary.total_events:,} changes of {touched} tables under {prefix} "
+          f"in {time.perf_counter() - started:.1f} s", flush=True)
+    return touched
+
+
+def drain(cfg: PipelineConfig, spark: Any, prefix: str, folder: Path) -> float:
+    """Seconds the stage takes to drain what is new in the prefix's topics (one batch), in this process's Spark
+    session; the checkpoint is the prefix's, so a second drain is the stage's next batch."""
+    changelog = cfg.changelog.model_copy(update={"topic_pattern": rf"{prefix}\..*", "topics": [],
+                                                 "checkpoint": str(folder / f"checkpoint-{prefix}")})
+    stage = ChangelogStage(cfg.model_copy(update={"changelog": changelog}), spark)
+    started = time.perf_counter()
+    stage.run(until_caught_up=True)
+    return time.perf_counter() - started
+
+
+def spark_jobs(spark: Any) -> dict[int, tuple[float, str]]:
+    """Job id -> (seconds, name) of the finished jobs Spark's status store holds."""
+    jobs = {}
+    listed = spark.sparkContext._jsc.sc().statusStore().jobsList(None)  # noqa: SLF001  # a Scala Seq
+    for job in (listed.apply(i) for i in range(listed.length())):
+        if job.completionTime().isDefined() and job.submissionTime().isDefined():
+            seconds = (job.completionTime().get().getTime() - job.submissionTime().get().getTime()) / 1000
+            jobs[job.jobId()] = (seconds, job.name())
+    return jobs
+
+
+def heap_mib(spark: Any) -> float:
+    """The driver's heap in use after a full GC."""
+    runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()  # noqa: SLF001
+    spark.sparkContext._jvm.java.lang.System.gc()  # noqa: SLF001
+    return (runtime.totalMemory() - runtime.freeMemory()) / 2**20
+
+
+def breakdown(title: str, probe: Probe, jobs: dict[int, tuple[float, str]], tables: int, threads: int) -> None:
+    """Where a batch's driver time went (the probes' thread-seconds) and its Spark jobs."""
+    print(f"where the {title} batch's driver time goes (thread-seconds, {threads} threads; nested labels overlap):")
+    for label, seconds in sorted(probe.seconds.items(), key=lambda item: -item[1]):
+        calls = probe.calls[label]
+        print(f"  {label:<36} {seconds:8.1f} s  {calls:6d} calls  {1000 * seconds / max(calls, 1):8.1f} ms/call")
+    job_seconds = sum(seconds for seconds, _ in jobs.values())
+    print(f"  Spark jobs: {len(jobs)} ({len(jobs) / max(tables, 1):.1f} per table), {job_seconds:.1f} job-seconds")
+
+
+def per_table(name: str, t1: float, tn: float, tables: int) -> float:
+    """The fixed cost a table adds to a batch, in ms, printed against the issue's targets."""
+    ms = 1000 * (tn - t1) / max(tables - 1, 1)
+    print(f"{name}: fixed cost per table ({tn:.1f} - {t1:.1f}) / {tables - 1} = {ms:.0f} ms (target <= 50); "
+          f"t{tables} {'<=' if tn <= 2 * t1 + 10 else '>'} 2 t1 + 10 s ({2 * t1 + 10:.1f} s)")
+    return ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tables", type=int, default=500)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--warmup", type=int, default=2_000, help="events of the untimed first drains")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    logs.configure("WARNING")
+    cfg = load_config(overrides=args.overrides)
+    threads = cfg.changelog.concurrent_topics
+    print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs); "
+          f"changelog.concurrent_topics={threads}", flush=True)
+    spark = get_spark(cfg)
+    run = f"db{uuid.uuid4().hex[:6]}"
+    seconds: dict[tuple[str, str], float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        if args.warmup:
+            for tables in (1, min(args.tables, 20)):
+                simulate(cfg, f"{run}w{tables}", tables, args.warmup, folder)
+                print(f"warm-up: {tables} table(s), {drain(cfg, spark, f'{run}w{tables}', folder):.1f} s, untimed",
+                      flush=True)
+        for round_ in ("new", "existing"):  # the first batch creates the tables, the second appends to them
+            simulate(cfg, f"{run}one", 1, args.events, folder, round_)
+            touched = simulate(cfg, f"{run}many", args.tables, args.events, folder, round_)
+            seconds[round_, "one"] = drain(cfg, spark, f"{run}one", folder)
+            print(f"{round_} tables, 1 table: {seconds[round_, 'one']:.1f} s", flush=True)
+            probe, before = Probe(), spark_jobs(spark)
+            with probe.timing():
+                seconds[round_, "many"] = drain(cfg, spark, f"{run}many", folder)
+            jobs = {k: v for k, v in spark_jobs(spark).items() if k not in before}
+            print(f"{round_} tables, {touched} tables: {seconds[round_, 'many']:.1f} s", flush=True)
+            breakdown(f"{touched}-table ({round_} tables)", probe, jobs, touched, threads)
+    print(f"driver heap in use after the batches: {heap_mib(spark):,.0f} MiB (bound 2,048 MiB)")
+    created, appended = (per_table(f"{round_} tables", seconds[round_, "one"], seconds[round_, "many"], touched)
+                         for round_ in ("new", "existing"))
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
+    print(f"database: {touched} tables, changelog {created:.0f} ms/table (appending to them: {appended:.0f}), "
+          "mirror n/a, real types n/a")
+
+
+if __name__ == "__main__":
+    main()
