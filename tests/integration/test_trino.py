@@ -1,5 +1,5 @@
-"""Trino, Athena's engine, on the lake the stages write to Glue and S3 (moto): the stack's Trino answers as Spark
-does, row for row, for the changelog, SCD1 mirrors in the pending layout (their base, their pending changes and,
+"""Trino, Athena's engine, on the lake the stages write to Glue and S3 (moto). Glue holds what Athena reads each
+table by, and pyiceberg reads what Spark reads. The stack's Trino answers as Spark does, row for row, for the changelog, SCD1 mirrors in the pending layout (their base, their pending changes and,
 through the views `athena-ddl` prints, their current state and their deleted rows), an SCD2 mirror (its
 versions, one key's history), a mirror with hard deletes (merge-on-read: Iceberg position deletes), the
 changelog's latest-change views, time travel on the mirror, `athena-ddl`'s own examples included, and a Delta
@@ -13,6 +13,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple
 
+import boto3
 import pytest
 import trino
 
@@ -25,13 +26,15 @@ from pipeline.stack import Stack
 from pipeline.stack.trino import DELTA_CATALOG, connect
 from pipeline.stages.mirror import MirrorStage
 from simulators.truth import TruthStore
+from tables.catalog import load_pyiceberg_catalog
 from tables.glue_delta import DeltaGlue
 from tables.names import column, quote, sql_string
 from tables.pending import pending_table
 from tables.views import ViewSpec, lake_views, views_of_mirror
 from tests.conftest import GLUE_BUCKET, PORT_OFFSET, free_port
-from tests.integration.test_glue_catalog import glue_cfg  # noqa: F401 (a fixture: the tests' Glue catalog on moto)
-from tests.integration.test_mirror import Source, _configure, _own_mirrors
+from tests.integration.test_glue_catalog import _current_metadata, glue_cfg  # noqa: F401 (glue_cfg: a fixture)
+from tests.integration.test_mirror import Source, _assert_equal_to_truth, _configure, _own_mirrors
+from tests.integration.test_sql_access import assert_athena_ddl_parses
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -96,6 +99,39 @@ def lake(glue_cfg: PipelineConfig, trino_starting, spark, tmp_path_factory) -> L
         MirrorStage(cfg, spark).run_once()
         MirrorStage(hard, spark).run_once()
     return Lake(cfg, source, hard, truth)
+
+
+def _nulls_first(keys: list) -> list:
+    """Keys in order; a changelog's truncate rows name no key."""
+    return sorted(keys, key=lambda k: (k is not None, k))
+
+
+def test_the_stages_tables_are_in_glue_as_athena_and_pyiceberg_read_them(lake, spark) -> None:
+    """Every changelog and mirror table the stages wrote in Glue mode: its Glue entry holds what Athena reads an
+    Iceberg table by, pyiceberg reads the rows Spark reads, the mirrors equal the source, and `athena-ddl`'s
+    statements parse (Glue keeps no Iceberg views: Athena holds them)."""
+    cfg, source, _, truth = lake
+    _assert_equal_to_truth(cfg, spark, truth, source.tables())
+    glue = boto3.client("glue", **cfg.aws.boto3_kwargs())
+    pyiceberg = load_pyiceberg_catalog(cfg.catalog, cfg.aws)
+    for namespace in (cfg.changelog.namespace, cfg.mirror.namespace):
+        for table in source.tables():
+            ref = f"{cfg.catalog.name}.{namespace}.{table}"
+            entry = glue.get_table(DatabaseName=namespace, Name=table)["Table"]
+            # What Athena reads an Iceberg table by: the type, the current metadata file, the columns.
+            assert entry["Parameters"]["table_type"].upper() == "ICEBERG"
+            assert entry["Parameters"]["metadata_location"] == _current_metadata(spark, ref)
+            assert entry["Parameters"]["metadata_location"].startswith(f"s3://{GLUE_BUCKET}/")
+            rows = spark.table(ref)
+            assert [c["Name"] for c in entry["StorageDescriptor"]["Columns"]] == rows.columns
+            # The simulator added a column half-way: the Glue entry evolved with the table.
+            assert "_is_deleted" in rows.columns and len(rows.columns) > 10
+
+            arrow = pyiceberg.load_table((namespace, table)).scan().to_arrow()
+            key = cfg.mirror.key_columns(table)[0]
+            spark_keys = [r[key] for r in rows.select(key).collect()]
+            assert _nulls_first(arrow.column(key).to_pylist()) == _nulls_first(spark_keys)
+    assert_athena_ddl_parses(cfg, spark, source.tables())
 
 
 def _plain(value: Any) -> Any:
