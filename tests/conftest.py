@@ -6,6 +6,7 @@ for the demo. It is stopped at the end only if this session started it.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -45,17 +46,27 @@ TEST_SETTINGS = [
     f"stack.registry_port={18081 + PORT_OFFSET}",
     f"stack.registry_management_port={19001 + PORT_OFFSET}",
     f"stack.moto_port={15001 + PORT_OFFSET}",
-    "stack.metastore=true",
-    f"stack.metastore_port={19083 + PORT_OFFSET}",
+    f"stack.metastore_port={19083 + PORT_OFFSET}",  # started by the one module that uses it
     "spark.master=local[2]",
     "spark.shuffle_partitions=2",
     "spark.driver_memory=2g",
+]
+# The shared session's settings for tiny data. A test's queries touch tens of rows, so compiling them (Janino,
+# then the JIT on the generated classes) costs more than interpreting them, and G1's concurrent threads cost more
+# than the serial collector's pauses on a 2 GiB heap: test_mirror_layout.py took 149-153 CPU-s with the
+# defaults, 135-144 with whole-stage code generation off, 124 with expressions interpreted too, 116 with both and
+# the serial collector. The stages' own processes below keep Spark's code generation, as a user runs them, and
+# `test_native.py` runs the pipeline's own Spark function compiled and interpreted.
+TINY_DATA_SESSION = [
+    "spark.conf.spark.sql.codegen.wholeStage=false",
+    "spark.conf.spark.sql.codegen.factoryMode=NO_CODEGEN",
+    "spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC",
 ]
 # The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills). Such a JVM lives a
 # minute or less, and C1 alone compiles sooner than tiered compilation pays back: a fresh stage's first batch
 # came 35 s after its start with the default and 31 s with C1 only. The shared session lives for the whole
 # suite and keeps the default, which was faster there (13 integration tests: 244 s against 289 s with C1 only).
-SHORT_LIVED_JVM = "spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
+SHORT_LIVED_JVM = "spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 PROCESS_SETTINGS = [*TEST_SETTINGS, SHORT_LIVED_JVM]
 
 # Catalogs besides the default one, configured on the one shared Spark session (one JVM serves every test);
@@ -101,8 +112,8 @@ def free_port() -> int:
 
 def make_config(*overrides: str) -> PipelineConfig:
     """The test configuration plus `overrides`; the process environment is ignored for repeatability.
-    Its Spark settings include the extra catalogs."""
-    cfg = load_config(overrides=[*TEST_SETTINGS, *overrides], environ={})
+    Its Spark settings include the extra catalogs and those for tiny data."""
+    cfg = load_config(overrides=[*TEST_SETTINGS, *TINY_DATA_SESSION, *overrides], environ={})
     extra = {key: value for catalog in EXTRA_CATALOGS for key, value in spark_catalog_conf(catalog, cfg.aws).items()}
     return cfg.model_copy(update={"spark": cfg.spark.model_copy(update={"conf": {**extra, **cfg.spark.conf}})})
 
@@ -120,16 +131,25 @@ def jars(cfg: PipelineConfig) -> Path:
     return cfg.jars_dir
 
 
-@pytest.fixture(scope="session")
-def stack(cfg: PipelineConfig, jars: Path) -> Iterator[Stack]:
+@contextmanager
+def running(cfg: PipelineConfig) -> Iterator[Stack]:
+    """The stack of `cfg` up for the block; what was already running (`python -m tests.stack up`) stays up."""
     from pipeline.stack import Stack
 
     stack = Stack(cfg)
     started = stack.up()
-    yield stack
-    for svc in stack.services:
-        if svc.name in started:
-            svc.process.stop()
+    try:
+        yield stack
+    finally:
+        for svc in stack.services:
+            if svc.name in started:
+                svc.process.stop()
+
+
+@pytest.fixture(scope="session")
+def stack(cfg: PipelineConfig, jars: Path) -> Iterator[Stack]:
+    with running(cfg) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")

@@ -4,18 +4,26 @@ writes is the table pyiceberg reads, and a table pyiceberg defines is one Spark 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
 
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import load_pyiceberg_catalog
-from tests.conftest import HIVE_CATALOG
+from tests.conftest import HIVE_CATALOG, make_config, running
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_table_round_trips_between_spark_and_pyiceberg(stack, spark, cfg: PipelineConfig) -> None:
+@pytest.fixture(scope="module")
+def metastore(stack) -> Iterator[None]:
+    """The metastore, started for this module alone: no other test uses it, so no worker's stack starts it."""
+    with running(make_config("stack.metastore=true")):
+        yield
+
+
+def test_a_table_round_trips_between_spark_and_pyiceberg(metastore, spark, cfg: PipelineConfig) -> None:
     namespace, name = "roundtrip", f"t{uuid.uuid4().hex[:8]}"
     ref = f"{HIVE_CATALOG.name}.{namespace}.{name}"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {HIVE_CATALOG.name}.{namespace}")

@@ -18,6 +18,7 @@ from cdc import decode, native
 from cdc.framing import Framing
 from cdc.normalize import normalize, read_schema, rejections
 from cdc.semantic_types import PLACEHOLDER
+from tables.lake import session_conf
 
 pytestmark = pytest.mark.integration
 
@@ -107,12 +108,23 @@ def _rows(frame) -> dict[int, dict]:
     return {row["_transport"]["offset"]: row.asDict(recursive=True) for row in frame.collect()}
 
 
-def test_the_native_decoder_reads_what_the_reference_reads(spark, framed) -> None:
+def _code_generation(compiled: bool) -> dict[str, str]:
+    """Spark's code generation on (as users run the stages) or off (the interpreted `eval`)."""
+    return {"spark.sql.codegen.wholeStage": "true" if compiled else "false",
+            "spark.sql.codegen.factoryMode": "FALLBACK" if compiled else "NO_CODEGEN"}
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
+def test_the_native_decoder_reads_what_the_reference_reads(spark, framed, compiled: bool) -> None:
     assert native.available(spark)
     assert native.reads(_envelope(2), [_envelope(1), _envelope(2)])
     column, decoded, reader = _both(framed)
     expected = _rows(normalize(column.where(decode.VALID), "debezium", "shop", reader))
-    found = _rows(native.normalized(decoded.where(decode.VALID)))
+    with session_conf(spark, _code_generation(compiled)):
+        frame = native.normalized(decoded.where(decode.VALID))
+        stages = frame._jdf.queryExecution().executedPlan().toString()
+        found = _rows(frame)
+    assert ("*(1)" in stages) == compiled, stages  # whole-stage code generation marks its operators "*(n)"
     assert found == expected
     assert len(found) == len(CHANGES)
     assert found[4]["_op"] == "t" and found[4]["id"] is None  # a truncate: no row values
