@@ -56,12 +56,16 @@ TEST_SETTINGS = [
 # than the serial collector's pauses on a 2 GiB heap: test_mirror_layout.py took 149-153 CPU-s with the
 # defaults, 135-144 with whole-stage code generation off, 124 with expressions interpreted too, 116 with both and
 # the serial collector. The stages' own processes below keep Spark's code generation, as a user runs them, and
-# `test_native.py` runs the pipeline's own Spark function compiled and interpreted.
-TINY_DATA_SESSION = [
-    "spark.conf.spark.sql.codegen.wholeStage=false",
-    "spark.conf.spark.sql.codegen.factoryMode=NO_CODEGEN",
-    "spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC",
-]
+# `test_native.py` runs the pipeline's own Spark function compiled and interpreted; a test of the code Spark
+# generates asks for `compiling`.
+def code_generation(compiled: bool) -> dict[str, str]:
+    """Spark's code generation on (as users run the stages) or off (the interpreted `eval`s), as session settings."""
+    return {"spark.sql.codegen.wholeStage": str(compiled).lower(),
+            "spark.sql.codegen.factoryMode": "FALLBACK" if compiled else "NO_CODEGEN"}
+
+
+TINY_DATA_SESSION = [*(f"spark.conf.{key}={value}" for key, value in code_generation(False).items()),
+                     "spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC"]
 # The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills). Such a JVM lives a
 # minute or less, and C1 alone compiles sooner than tiered compilation pays back: a fresh stage's first batch
 # came 35 s after its start with the default and 31 s with C1 only. The shared session lives for the whole
@@ -159,6 +163,15 @@ def spark(cfg: PipelineConfig, jars: Path) -> Iterator[SparkSession]:
     session = get_spark(cfg)
     yield session
     session.stop()
+
+
+@pytest.fixture
+def compiling(spark: SparkSession) -> Iterator[None]:
+    """The shared session with Spark's code generation on, for a test of the code Spark generates."""
+    from tables.lake import session_conf
+
+    with session_conf(spark, code_generation(True)):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -77,6 +77,7 @@ def _compiled(frame) -> list[int]:
     return [found.apply(i)._3().maxMethodCodeSize() for i in range(found.size())]
 
 
+@pytest.mark.usefixtures("compiling")  # it reads the code Spark generates
 def test_classifying_and_normalising_compile_to_methods_the_jit_takes(spark) -> None:
     """HotSpot compiles no method over 8000 bytes of bytecode: over it, the stage's per-row work ran in the
     bytecode interpreter (the classifying projection was 8762 bytes, with each header looked up many times)."""
@@ -102,6 +103,7 @@ def test_classifying_and_normalising_compile_to_methods_the_jit_takes(spark) -> 
     assert changes.select("name", "note", "_unchanged").first() == ("a", None, ["note"])
 
 
+@pytest.mark.usefixtures("compiling")  # it reads the code Spark generates
 def test_a_batchs_rows_compile_to_the_same_code_whatever_the_batch(spark) -> None:
     """Spark writes a literal number or time into the generated Java: with the batch id and the ingestion time
     as literals, every batch compiled its decode and normalise anew and the JIT warmed them up again."""

@@ -709,6 +709,7 @@ def test_records_that_fit_a_learned_type_decode_from_their_text_as_from_their_va
     assert by_text._jdf.queryExecution().optimizedPlan().toString().count("from_json") == 1
 
 
+@pytest.mark.usefixtures("compiling")  # it reads the code Spark generates
 def test_every_batch_reads_its_shards_with_the_same_generated_code(spark) -> None:
     """The batch's first offset is joined, not a literal: Spark writes literals into the Java it generates, so
     with `batch id << 32` in the projection every batch's read, parse and fit check were new code for Janino to

@@ -19,6 +19,7 @@ from cdc.framing import Framing
 from cdc.normalize import normalize, read_schema, rejections
 from cdc.semantic_types import PLACEHOLDER
 from tables.lake import session_conf
+from tests.conftest import code_generation
 
 pytestmark = pytest.mark.integration
 
@@ -108,19 +109,13 @@ def _rows(frame) -> dict[int, dict]:
     return {row["_transport"]["offset"]: row.asDict(recursive=True) for row in frame.collect()}
 
 
-def _code_generation(compiled: bool) -> dict[str, str]:
-    """Spark's code generation on (as users run the stages) or off (the interpreted `eval`)."""
-    return {"spark.sql.codegen.wholeStage": "true" if compiled else "false",
-            "spark.sql.codegen.factoryMode": "FALLBACK" if compiled else "NO_CODEGEN"}
-
-
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "interpreted"])
 def test_the_native_decoder_reads_what_the_reference_reads(spark, framed, compiled: bool) -> None:
     assert native.available(spark)
     assert native.reads(_envelope(2), [_envelope(1), _envelope(2)])
     column, decoded, reader = _both(framed)
     expected = _rows(normalize(column.where(decode.VALID), "debezium", "shop", reader))
-    with session_conf(spark, _code_generation(compiled)):
+    with session_conf(spark, code_generation(compiled)):
         frame = native.normalized(decoded.where(decode.VALID))
         stages = frame._jdf.queryExecution().executedPlan().toString()
         found = _rows(frame)
