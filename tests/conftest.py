@@ -70,7 +70,7 @@ TINY_DATA_SESSION = [*(f"spark.conf.{key}={value}" for key, value in code_genera
 # minute or less, and C1 alone compiles sooner than tiered compilation pays back: a fresh stage's first batch
 # came 35 s after its start with the default and 31 s with C1 only. The shared session lives for the whole
 # suite and keeps the default, which was faster there (13 integration tests: 244 s against 289 s with C1 only).
-SHORT_LIVED_JVM = "spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SHORT_LIVED_JVM = "spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 PROCESS_SETTINGS = [*TEST_SETTINGS, SHORT_LIVED_JVM]
 
 # Catalogs besides the default one, configured on the one shared Spark session (one JVM serves every test);
