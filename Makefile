@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-trino demo-postgres test unit test-stack-up test-stack-down bench soak stack-up stack-down clean
+.PHONY: setup demo demo-trino demo-cluster demo-postgres test unit test-stack-up test-stack-down bench soak stack-up stack-down clean
 
 $(PIP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,22 @@ demo-trino: setup
 	$(TRINO_DEMO) verify --engine trino --truth $(DEMO_TRUTH)
 	$(TRINO_DEMO) query --engine trino \
 		'SELECT nationality, count(*) AS artists FROM "mirror"."moma_artists_current" GROUP BY 1 ORDER BY 2 DESC LIMIT 5'
+# After `make demo`: the same MoMA topics on the stack's Spark standalone cluster (a master and two workers, each
+# executor a JVM of its own), every stage submitted with spark-submit from what `pipeline package` wrote; tables and
+# checkpoints on moto's S3 and Glue, in namespaces of their own. The keys are moto's; on AWS the nodes' role serves.
+CLUSTER_DEMO := $(PY) -m pipeline --set catalog.type=glue --set catalog.warehouse=s3://demo-landing/cluster \
+	--set changelog.checkpoint=s3a://demo-landing/cluster/checkpoints --set changelog.namespace=cluster_changelog \
+	--set mirror.namespace=cluster_mirror --set mirror.pending_namespace=cluster_pending \
+	--set mirror.tables=moma_artists,moma_artworks --set 'changelog.topic_pattern=moma\..*'
+SUBMIT := AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test .pipeline/package/submit.sh
+demo-cluster: setup
+	$(PY) -m pipeline stack up --with spark-cluster
+	$(CLUSTER_DEMO) package --python $(abspath $(PY))
+	$(SUBMIT) changelog --until-caught-up
+	$(SUBMIT) mirror
+	$(SUBMIT) maintain
+	$(SUBMIT) verify --truth $(abspath $(DEMO_TRUTH))
+
 # The same path on a real source: PostgreSQL -> Debezium's connector on Kafka Connect (Apicurio's converter as
 # seed 002 configures it) -> changelog -> mirror -> the mirrors against SELECT * (0 mismatches expected).
 # Each run has its own connector, topics and lake tables, so it can be repeated.

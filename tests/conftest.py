@@ -47,6 +47,10 @@ TEST_SETTINGS = [
     f"stack.registry_management_port={19001 + PORT_OFFSET}",
     f"stack.moto_port={15001 + PORT_OFFSET}",
     f"stack.metastore_port={19083 + PORT_OFFSET}",  # started by the one module that uses it
+    f"stack.spark_master_port={17077 + PORT_OFFSET}",  # the Spark cluster's, too (test_spark_cluster.py)
+    f"stack.spark_master_ui_port={17090 + PORT_OFFSET}",
+    f"stack.spark_worker_port={17078 + PORT_OFFSET}",
+    f"stack.spark_worker_ui_port={17091 + PORT_OFFSET}",
     "spark.master=local[2]",
     "spark.shuffle_partitions=2",
     "spark.driver_memory=2g",
@@ -86,9 +90,9 @@ EXTRA_CATALOGS = (GLUE_CATALOG, HIVE_CATALOG)
 # (`--dist loadfile --no-loadscope-reorder`: a module's fixtures land its data once), so the long ones start at
 # once and the short ones and the unit tests fill the gaps. Measured with `--durations=0` (docs/testing.md); a
 # module not named here runs after these, before the unit tests.
-LONGEST_FIRST = ("test_mirror.py", "test_kinesis.py", "test_changelog.py", "test_trino.py", "test_s3_sqs_source.py",
+LONGEST_FIRST = ("test_mirror.py", "test_kinesis.py", "test_spark_cluster.py", "test_changelog.py", "test_trino.py", "test_s3_sqs_source.py",
                  "test_any_names.py", "test_glue_catalog.py", "test_dead_letters.py", "test_mirror_layout.py",
-                 "test_api.py", "test_spark_submit.py", "test_mirror_history.py", "test_services.py",
+                 "test_api.py", "test_mirror_history.py", "test_services.py",
                  "test_status.py", "test_s3_sqs_changelog.py", "test_sql_access.py", "test_debezium_postgres.py")
 
 

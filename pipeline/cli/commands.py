@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -34,12 +35,28 @@ def cmd_setup(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_package(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.runtime import package
+    from pipeline.stack.spark_cluster import master_url
+
+    built = package.build(cfg.jars_dir, args.out or cfg.home / "package")
+    print(f"code:         {built.code}  (--py-files)")
+    print(f"jars:         {len(built.jars)} in {built.jars[0].parent}  (--jars)")
+    print(f"requirements: {built.requirements}  (every node's Python needs them)")
+    settings, master = package.passed_on(args.overrides), args.master or master_url(cfg)
+    print(f"submit:       {built.script(master, settings, args.config, args.python)} <stage> [options]")
+    for stage in package.STAGES:
+        print(f"\n# {stage}\n{shlex.join(built.submit(master, stage, settings, args.config, args.python))}")
+    return EXIT_OK
+
+
 def _stack(cfg: PipelineConfig, args: argparse.Namespace) -> Stack:
     """The stack the command acts on: `--with postgres` adds the real source as `stack.postgres = true` does,
-    `--with trino` Trino as `stack.trino = true` does."""
+    `--with trino` Trino as `stack.trino = true` does, `--with spark-cluster` as `stack.spark_cluster = true`."""
     from pipeline.stack import Stack
 
-    cfg = cfg.model_copy(update={"stack": cfg.stack.model_copy(update=dict.fromkeys(args.with_services, True))})
+    switches = {name.replace("-", "_"): True for name in args.with_services}
+    cfg = cfg.model_copy(update={"stack": cfg.stack.model_copy(update=switches)})
     return Stack(cfg, args.only)
 
 
@@ -361,7 +378,9 @@ def _split(values: str | None) -> list[str]:
 
 def _print_status(stack: Stack) -> list[ServiceStatus]:
     statuses = stack.status()
-    print(f"{'service':<10}{'address':<28}{'pid':<9}{'health':<11}log")
+    print(f"{'service':<16}{'address':<28}{'pid':<9}{'health':<11}log")
     for s in statuses:
-        print(f"{s.name:<10}{s.address:<28}{s.pid or '-':<9}{s.state:<11}{s.log_file}")
+        print(f"{s.name:<16}{s.address:<28}{s.pid or '-':<9}{s.state:<11}{s.log_file}")
+        if s.web_ui:
+            print(f"{'':<16}web UI {s.web_ui}")
     return statuses

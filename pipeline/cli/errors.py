@@ -1,6 +1,7 @@
 """The failures the CLI reports as one clear line instead of a traceback."""
 
 from pipeline.stages.changelog import StageError
+from pipeline.runtime.cluster import ClusterError
 from pipeline.runtime.jvm import SetupError
 from pipeline.config.kafka import KafkaUnavailable
 from pipeline.stages.mirror import MirrorError
@@ -16,5 +17,5 @@ from simulators.transport import TransportError
 
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
-    KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError, TrinoError,
+    KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError, TrinoError, ClusterError,
 )

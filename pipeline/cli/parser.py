@@ -29,15 +29,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print the Spark connector coordinates for spark-submit --packages and exit")
     setup.set_defaults(handler=commands.cmd_setup)
 
+    package = subcommands.add_parser("package", help="write what spark-submit needs (code zip, jars, requirements) "
+                                     "and print the stages' spark-submit lines")
+    package.add_argument("--out", type=Path, help="the folder to write (default: <home>/package)")
+    package.add_argument("--master", help="the cluster's master URL (default: the stack's Spark cluster)")
+    package.add_argument("--python", help="the executors' Python interpreter (spark.pyspark.python), when the "
+                         "nodes' python3 lacks requirements.txt")
+    package.set_defaults(handler=commands.cmd_package)
+
     stack = subcommands.add_parser("stack", help="the embedded Kafka, Apicurio Registry and moto server (when asked "
-                                   "also the Hive metastore, PostgreSQL with Kafka Connect, Trino)")
-    stack.add_argument("--only", action="append",
-                       choices=["kafka", "registry", "moto", "metastore", "postgres", "connect", "trino"],
-                       help="act on this service only; repeatable (default: all)")
+                                   "also the Hive metastore, PostgreSQL with Kafka Connect, Trino, a Spark cluster)")
+    stack.add_argument("--only", action="append", metavar="SERVICE",
+                       help="act on this service only (kafka, registry, moto, metastore, postgres, connect, trino, "
+                            "spark-master, spark-worker-<n>); repeatable (default: all)")
     optional = argparse.ArgumentParser(add_help=False)
-    optional.add_argument("--with", dest="with_services", action="append", choices=["postgres", "trino"], default=[],
+    optional.add_argument("--with", dest="with_services", action="append", choices=["postgres", "trino", "spark-cluster"],
+                          default=[],
                           help="postgres: also PostgreSQL and Kafka Connect with Debezium (sets stack.postgres); "
-                               "trino: also Trino on the Glue and S3 the pipeline writes (sets stack.trino)")
+                               "trino: also Trino on the Glue and S3 the pipeline writes (sets stack.trino); "
+                               "spark-cluster: also a Spark standalone master and workers (sets stack.spark_cluster)")
     actions = stack.add_subparsers(dest="action", required=True)
     actions.add_parser("up", parents=[optional], help="start every service and wait until healthy (idempotent)"
                        ).set_defaults(handler=commands.cmd_stack_up)

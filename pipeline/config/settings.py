@@ -59,12 +59,25 @@ class StackSettings(_Section):
     trino_port: int = Field(8086, ge=1, le=65535)
     trino_heap: str = "1g"
     trino_java: Path | None = Field(None, description="a Java 24+ executable; found automatically when unset")
+    spark_cluster: bool = Field(False, description="also run a Spark standalone master and workers, each a JVM "
+                                "of its own, to submit the stages to (`stack up --with spark-cluster`)")
+    spark_master_port: int = Field(7077, ge=1, le=65535)
+    spark_master_ui_port: int = Field(8090, ge=1, le=65535, description="the master's web UI")
+    spark_workers: int = Field(2, ge=1, le=8)
+    spark_worker_port: int = Field(7078, ge=1, le=65534, description="the first worker's; the next ones follow")
+    spark_worker_ui_port: int = Field(8091, ge=1, le=65534, description="the first worker's web UI; the next "
+                                      "ones follow")
+    spark_worker_cores: int = Field(1, ge=1, description="cores each worker offers its executors")
+    spark_worker_memory: str = Field("2g", description="memory each worker offers its executors")
     start_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> StackSettings:
+        workers = range(self.spark_workers)
         ports = [self.kafka_port, self.kafka_controller_port, self.registry_port, self.registry_management_port,
-                 self.moto_port, self.metastore_port, self.postgres_port, self.connect_port, self.trino_port]
+                 self.moto_port, self.metastore_port, self.postgres_port, self.connect_port, self.trino_port,
+                 self.spark_master_port, self.spark_master_ui_port,
+                 *(self.spark_worker_port + i for i in workers), *(self.spark_worker_ui_port + i for i in workers)]
         if len(set(ports)) != len(ports):
             raise ValueError(f"stack ports must be distinct, got {ports}")
         return self

@@ -120,6 +120,13 @@ def resolve_all(jars_dir: Path, offline: bool = False) -> dict[str, Path]:
     return {bundle.name: bundle.resolve(jars_dir, offline) for bundle in BUNDLES}
 
 
+def spark_home() -> Path:
+    """The installed PySpark distribution: Spark's own jars, `bin/spark-submit`, the standalone daemons' classes."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
 def spark_jars(jars_dir: Path) -> list[Path]:
     """The connector jars Spark loads locally; a clear error when `pipeline setup` has not run."""
     if not SPARK.is_resolved(jars_dir):

@@ -13,10 +13,11 @@ import threading
 import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
+from urllib.parse import urlparse
 
 import structlog
 
-from pipeline.runtime import jvm
+from pipeline.runtime import cluster, jvm
 from pipeline.config.redaction import java_replacements
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import spark_catalog_conf
@@ -182,11 +183,18 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
     cfg.home.mkdir(parents=True, exist_ok=True)  # the JDBC catalog's sqlite file lives here
     conf = spark_conf(cfg)
     started = time.perf_counter()
+    submitted = _submitted_conf()
+    master = conf.get("spark.master") or submitted.get("spark.master")
+    if not cluster.is_local(master):
+        cluster.check_before_start(cfg, master)
+        conf.update(_daemon_path(cfg, submitted))
     launched = _launch_gateway(cfg, conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if not cluster.is_local(master):
+        cluster.check_after_start(spark, cfg)
     if launched:
         log.info("spark.logs", file=str(log_file(cfg)), console=cfg.spark.console_log_level)
     elif "PYSPARK_GATEWAY_PORT" in os.environ:  # spark-submit started the JVM with the cluster's logging
@@ -194,6 +202,27 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
     log.info("spark.session", master=spark.sparkContext.master, version=spark.version,
              seconds=round(time.perf_counter() - started, 1))
     return spark
+
+
+def _submitted_conf() -> dict[str, str]:
+    """The settings spark-submit gave the JVM it started (nothing when this process starts its own)."""
+    from pyspark import SparkConf, SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
+def _daemon_path(cfg: PipelineConfig, submitted: dict[str, str]) -> dict[str, str]:
+    """Spark adds `--py-files` to a Python worker's path in each task, after the worker daemon has started; the
+    preloading daemon (`pipeline.runtime.worker_daemon`) is itself shipped in them, so it gets them on its
+    PYTHONPATH, by the names the executors fetch them under into their working folder."""
+    shipped = [Path(urlparse(f).path).name for f in submitted.get("spark.submit.pyFiles", "").split(",") if f]
+    if not (cfg.spark.preload_workers and shipped):
+        return {}
+    key = "spark.executorEnv.PYTHONPATH"
+    return {key: os.pathsep.join([*shipped, *filter(None, [submitted.get(key) or cfg.spark.conf.get(key)])])}
 
 
 # The JVM itself prints this when Spark's launcher adds `--add-modules=jdk.incubator.vector`; no JVM flag turns

@@ -33,6 +33,7 @@ class ServiceStatus:
     pid: int | None
     state: str  # healthy | unhealthy | stopped
     log_file: str
+    web_ui: str | None = None
 
 
 class Stack:
@@ -96,7 +97,7 @@ class Stack:
         for svc in self.services:
             pid = svc.process.pid()
             state = "stopped" if pid is None else ("healthy" if svc.healthy() else "unhealthy")
-            result.append(ServiceStatus(svc.name, svc.address, pid, state, str(svc.process.log_file)))
+            result.append(ServiceStatus(svc.name, svc.address, pid, state, str(svc.process.log_file), svc.web_ui))
         return result
 
     def _by_name(self, name: str) -> Service:
@@ -116,7 +117,7 @@ class Stack:
         except subprocess.CalledProcessError as exc:
             raise StackError(f"{svc.name} ({svc.address}) failed to prepare its data folder: "
                              f"{(exc.stdout or '')}{(exc.stderr or '')}".strip()) from None
-        pid = svc.process.start(cmd)
+        pid = svc.process.start(cmd, svc.environment())
         log.info("stack.starting", service=svc.name, address=svc.address, pid=pid, log=str(svc.process.log_file))
 
     def _wait_healthy(self, svc: Service, deadline: float, started_now: bool) -> None:

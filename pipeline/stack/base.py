@@ -37,5 +37,14 @@ class Service(ABC):
     def command(self) -> list[str]:
         """The command line; may prepare the data folder first (it is called right before start)."""
 
+    @property
+    def web_ui(self) -> str | None:
+        """A web page of the service's own, for `stack status`."""
+        return None
+
+    def environment(self) -> dict[str, str]:
+        """Variables the process gets on top of ours."""
+        return {}
+
     @abstractmethod
     def healthy(self) -> bool: ...

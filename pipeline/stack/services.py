@@ -18,6 +18,7 @@ from pipeline.stack.java import find_java
 from pipeline.stack.log4j import write_log_config
 from pipeline.stack.postgres import Postgres
 from pipeline.stack.process import port_in_use
+from pipeline.stack.spark_cluster import cluster_services
 from pipeline.stack.trino import Trino
 
 
@@ -206,4 +207,5 @@ def all_services(cfg: PipelineConfig) -> list[Service]:
     metastore = [Metastore(cfg)] if cfg.stack.metastore or cfg.catalog.type == "hive" else []
     source = [Postgres(cfg), Connect(cfg)] if cfg.stack.postgres else []
     trino = [Trino(cfg)] if cfg.stack.trino else []
-    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore, *source, *trino]
+    cluster = cluster_services(cfg) if cfg.stack.spark_cluster else []
+    return [Kafka(cfg), Moto(cfg), Registry(cfg), *metastore, *source, *trino, *cluster]

@@ -1,0 +1,141 @@
+"""A Spark standalone cluster on this machine: one master and `stack.spark_workers` workers, each its own JVM
+from the installed PySpark distribution (what `spark-class org.apache.spark.deploy.master.Master` and
+`...worker.Worker` run), each worker starting executor JVMs of its own for the applications submitted to it.
+
+It is the shape of EMR, EMR Serverless and Kubernetes that `local[*]` hides: executors in other processes,
+reached only through `--jars` and `--py-files`, reading and writing only what every node can reach (S3), and
+able to die mid-task while Spark retries elsewhere. docs/operations.md says how the same jobs are submitted there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import requests
+
+from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.jvm import spark_home
+from pipeline.stack.base import Port, Service
+from pipeline.stack.java import find_java
+
+DAEMON_HEAP = "512m"  # what spark-class gives a master or worker (SPARK_DAEMON_MEMORY's default is 1g)
+
+
+def _daemon(java: Path, log_dir: Path, main: str, *args: str) -> list[str]:
+    return [str(java), f"-Xmx{DAEMON_HEAP}", "-cp", f"{spark_home() / 'conf'}:{spark_home() / 'jars'}/*",
+            f"-Dspark.log.dir={log_dir}", main, *args]
+
+
+class SparkMaster(Service):
+    """The standalone master: schedules applications onto the workers; healthy once its web UI answers."""
+
+    name = "spark-master"
+
+    @property
+    def ports(self) -> list[Port]:
+        s = self.cfg.stack
+        return [Port("stack.spark_master_port", s.spark_master_port),
+                Port("stack.spark_master_ui_port", s.spark_master_ui_port)]
+
+    @property
+    def address(self) -> str:
+        return master_url(self.cfg)
+
+    @property
+    def web_ui(self) -> str:
+        return f"http://{self.host}:{self.cfg.stack.spark_master_ui_port}"
+
+    def command(self) -> list[str]:
+        s = self.cfg.stack
+        return _daemon(find_java(17, "Spark 4.1"), self.folder, "org.apache.spark.deploy.master.Master",
+                       "--host", self.host, "--port", str(s.spark_master_port),
+                       "--webui-port", str(s.spark_master_ui_port))
+
+    def healthy(self) -> bool:
+        return self.alive_workers() is not None
+
+    def alive_workers(self) -> int | None:
+        """Workers registered and ALIVE, from the master's JSON view; None when the master does not answer."""
+        try:
+            state = requests.get(f"{self.web_ui}/json/", timeout=2).json()
+        except (requests.RequestException, ValueError):
+            return None
+        return int(state.get("aliveworkers", 0))
+
+
+class SparkWorker(Service):
+    """One worker with `stack.spark_worker_cores` cores; healthy once the master counts it alive.
+
+    Its executors inherit its environment: the `aws` keys, when configured, reach S3A's environment credential
+    provider there as they reach the driver's (`pipeline/runtime/spark.py`)."""
+
+    depends_on = ("spark-master",)
+
+    def __init__(self, cfg: PipelineConfig, index: int) -> None:
+        self.index = index
+        self.name = f"spark-worker-{index}"
+        super().__init__(cfg)
+
+    @property
+    def ports(self) -> list[Port]:
+        s = self.cfg.stack
+        return [Port("stack.spark_worker_port", s.spark_worker_port + self.index - 1),
+                Port("stack.spark_worker_ui_port", s.spark_worker_ui_port + self.index - 1)]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.cfg.stack.spark_worker_port + self.index - 1}"
+
+    @property
+    def web_ui(self) -> str:
+        return f"http://{self.host}:{self.cfg.stack.spark_worker_ui_port + self.index - 1}"
+
+    def command(self) -> list[str]:
+        s = self.cfg.stack
+        (self.folder / "work").mkdir(parents=True, exist_ok=True)
+        return _daemon(find_java(17, "Spark 4.1"), self.folder, "org.apache.spark.deploy.worker.Worker",
+                       "--host", self.host, "--port", str(s.spark_worker_port + self.index - 1),
+                       "--webui-port", str(s.spark_worker_ui_port + self.index - 1),
+                       "--cores", str(s.spark_worker_cores), "--memory", s.spark_worker_memory,
+                       "--work-dir", str(self.folder / "work"), master_url(self.cfg))
+
+    def environment(self) -> dict[str, str]:
+        aws = self.cfg.aws
+        # what bin/load-spark-env.sh exports for spark-class; the worker's launcher of executors needs both
+        env = {"SPARK_HOME": str(spark_home()), "SPARK_SCALA_VERSION": "2.13", "AWS_REGION": aws.region}
+        if aws.access_key_id and aws.secret_access_key:
+            env.update(AWS_ACCESS_KEY_ID=aws.access_key_id.get_secret_value(),
+                       AWS_SECRET_ACCESS_KEY=aws.secret_access_key.get_secret_value())
+        return env
+
+    def healthy(self) -> bool:
+        """Registered with the master: its own UI answers before then."""
+        try:
+            state = requests.get(f"{self.web_ui}/json/", timeout=2).json()
+        except (requests.RequestException, ValueError):
+            return False
+        return bool(state.get("masterurl"))  # empty until the master has registered it
+
+    def executor_pids(self) -> list[int]:
+        """The PIDs of the executor JVMs this worker runs now (its children running CoarseGrainedExecutorBackend)."""
+        pid = self.process.pid()
+        if pid is None:
+            return []
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                parent = int(stat.read_text().rsplit(") ", 1)[1].split()[1])
+                cmdline = (stat.parent / "cmdline").read_bytes()
+            except (OSError, IndexError, ValueError):  # exited meanwhile
+                continue
+            if parent == pid and b"CoarseGrainedExecutorBackend" in cmdline:
+                found.append(int(stat.parent.name))
+        return found
+
+
+def master_url(cfg: PipelineConfig) -> str:
+    return f"spark://{cfg.stack.host}:{cfg.stack.spark_master_port}"
+
+
+def cluster_services(cfg: PipelineConfig) -> list[Service]:
+    return [SparkMaster(cfg), *(SparkWorker(cfg, index) for index in range(1, cfg.stack.spark_workers + 1))]
