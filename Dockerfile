@@ -13,4 +13,6 @@ COPY simulators simulators
 COPY jvm jvm
 RUN pip install --no-cache-dir -e . && python -m pipeline --set jars=/opt/pipeline/jars setup
 ENV PIPELINE_JARS=/opt/pipeline/jars
+# spark-class and spark-submit of the installed PySpark, for the compose file's Spark cluster
+ENV PATH="/usr/local/lib/python3.11/site-packages/pyspark/bin:${PATH}" SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark SPARK_SCALA_VERSION=2.13
 ENTRYPOINT ["python", "-m", "pipeline"]

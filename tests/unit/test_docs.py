@@ -99,6 +99,29 @@ def test_compose_describes_the_same_stack() -> None:
     assert Path(REPO / services["pipeline"].get("build", ".") / "Dockerfile").is_file()
 
 
+def test_compose_profiles_add_trino_with_the_stacks_catalogs_and_a_spark_cluster() -> None:
+    from pipeline.config.settings import load_config
+    from pipeline.stack.trino import CATALOG, DELTA_CATALOG, Trino
+
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    services, configs = compose["services"], compose["configs"]
+    moto = ["aws.endpoint_url=http://moto:5000", "aws.access_key_id=test", "aws.secret_access_key=test"]
+    trino = Trino(load_config(overrides=moto, environ={}))
+    mounted = {Path(c["target"]).stem: c["source"] for c in services["trino"]["configs"]}
+    for catalog, expected in ((CATALOG, trino._catalog()), (DELTA_CATALOG, trino._delta_catalog())):
+        written = dict(line.split("=", 1) for line in configs[mounted[catalog]]["content"].splitlines())
+        assert written == expected, catalog
+    defaults = StackSettings()
+    master = services["spark-master"]
+    assert master["entrypoint"][-1] == "org.apache.spark.deploy.master.Master"
+    assert {f"{defaults.spark_master_port}:{defaults.spark_master_port}",
+            f"{defaults.spark_master_ui_port}:{defaults.spark_master_ui_port}"} <= set(master["ports"])
+    workers = [svc for name, svc in services.items() if name.startswith("spark-worker-")]
+    assert len(workers) == defaults.spark_workers
+    assert all(w["command"][-1] == f"spark://spark-master:{defaults.spark_master_port}" for w in workers)
+    assert all(svc["profiles"] for name, svc in services.items() if name == "trino" or name.startswith("spark-"))
+
+
 def _anchors(markdown: str) -> set[str]:
     """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
     headings = re.findall(r"^#+ (.+)$", markdown, re.MULTILINE)
