@@ -58,7 +58,10 @@ def maintain(table: LakeTable, settings: MaintenanceSettings, keep: frozenset[in
 def _iceberg(table: IcebergLakeTable, settings: MaintenanceSettings, cutoff: datetime, orphan_cutoff: datetime,
              keep: frozenset[int]) -> tuple[int, int, int, int | None]:
     spark: SparkSession = table.spark
-    system, name = f"{quote(table.cfg.catalog.name)}.system", sql_string(quote(table.namespace, table.name))
+    # the table named with its catalog: a name without one makes Iceberg try its namespace as a catalog first and
+    # log that failure, with its stack trace, for every call
+    catalog = table.cfg.catalog.name
+    system, name = f"{quote(catalog)}.system", sql_string(quote(catalog, table.namespace, table.name))
     rewrite = spark.sql(
         f"CALL {system}.rewrite_data_files(table => {name}, options => map("
         f"'target-file-size-bytes', '{settings.target_file_mb * 1024 * 1024}', 'min-input-files', '2'))").first()
