@@ -124,7 +124,8 @@ def _zoned_time(value: Column, kind: DataType, _: dict[str, Any]) -> Column:
 
 def _unscaled(value: Column) -> Column:
     """Big-endian two's-complement bytes (Kafka Connect's Decimal) as the integer they hold, decimal(38, 0):
-    the first byte signed, each next one shifting in 8 bits. Null when it has more than 38 digits."""
+    the first byte signed, each next one shifting in 8 bits. Null when it has more than 38 digits (`try_`: under
+    ANSI mode a plain product that overflows fails the whole batch)."""
     def byte(i: Column) -> Column:
         return F.conv(F.hex(F.substring(value, i, 1)), 16, 10).cast("int")
 
@@ -132,7 +133,8 @@ def _unscaled(value: Column) -> Column:
     signed = F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)")
     rest = F.sequence(F.lit(2), F.octet_length(value))
     shifted = F.aggregate(F.when(F.octet_length(value) > 1, rest).otherwise(F.array().cast("array<int>")),
-                          signed, lambda acc, i: (acc * 256 + byte(i)).try_cast("decimal(38,0)"))
+                          signed, lambda acc, i: F.try_add(F.try_multiply(acc, F.lit(256)), byte(i))
+                          .try_cast("decimal(38,0)"))
     return F.when(F.octet_length(value) > 0, shifted)
 
 
