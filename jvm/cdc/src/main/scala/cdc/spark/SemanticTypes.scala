@@ -113,9 +113,17 @@ object SemanticTypes {
   }
 
   /** Big-endian two's-complement unscaled digits and a scale as `target`, rounded half up as Spark's cast does;
-   *  null when there are none, more than 38, a negative scale, or the value does not fit. */
+   *  null when there are none, more than 38, a negative scale, or the value does not fit. Digits of a long at the
+   *  target's scale, the common case (`numeric(p, s)` with p <= 18), make no `BigDecimal`. */
   private def scaled(unscaled: Array[Byte], scale: Int, target: DecimalType): Decimal = {
     if (unscaled.isEmpty || scale < 0) return null
+    if (scale == target.scale && target.precision <= Decimal.MAX_LONG_DIGITS && unscaled.length <= 8) {
+      var digits = unscaled(0).toLong  // the sign, extended
+      var i = 1
+      while (i < unscaled.length) { digits = (digits << 8) | (unscaled(i) & 0xffL); i += 1 }
+      val bound = Decimal.POW_10(target.precision)
+      return if (digits > -bound && digits < bound) Decimal.createUnsafe(digits, target.precision, scale) else null
+    }
     val digits = new BigInteger(unscaled)
     if (digits.abs.compareTo(Digits38) >= 0) return null
     val value = Decimal(new JavaBigDecimal(digits, scale))
