@@ -32,8 +32,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -50,6 +52,9 @@ from simulators.faults import Message  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
 from simulators.transport import Delivery, KafkaTransport  # noqa: E402
 from simulators.truth import TruthStore  # noqa: E402
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 POOL = 200_000  # distinct changes simulated; the stream replays them
 
@@ -70,9 +75,11 @@ class Capture:
         return Delivery(acknowledged=len(self.messages))
 
 
-def simulate_pool(cfg: PipelineConfig, prefix: str, events: int) -> list[Message]:
+def simulate_pool(cfg: PipelineConfig, prefix: str, events: int, tables: str = "employees", seed: int = 7
+                  ) -> list[Message]:
+    """`events` distinct changes of `tables` (one table), its schema evolving a tenth of the way in."""
     with tempfile.TemporaryDirectory() as folder:
-        options = SimulationOptions(format="debezium", tables="employees", events=events, snapshot_rows=10_000,
+        options = SimulationOptions(format="debezium", tables=tables, seed=seed, events=events, snapshot_rows=10_000,
                                     evolve_at=events // 10, topic_prefix=prefix)
         capture = Capture()
         Simulation(options, capture, TruthStore(Path(folder) / "truth.db"),
@@ -112,8 +119,11 @@ def time_stage(cfg: PipelineConfig, spark, pattern: str, home: Path) -> float:
     return time.perf_counter() - started
 
 
-def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, home: Path) -> float:
-    """Kafka -> from_avro with one fixed schema -> an Iceberg table per topic, in the same trigger as the stage."""
+def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, home: Path,
+                  columns: Callable[[Column], list[Column]] | None = None) -> float:
+    """Kafka -> from_avro with one fixed schema -> `columns` of the decoded value (by default its fields as they
+    are) -> an Iceberg table per topic, in the same trigger as the stage."""
+    from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.bench")
@@ -124,17 +134,19 @@ def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, ho
         if cfg.changelog.max_offsets_per_trigger:
             reader = reader.option("maxOffsetsPerTrigger", str(cfg.changelog.max_offsets_per_trigger))
         body = Framing.of(cfg.registry.written_wire_format).body()
-        rows = reader.load().select(from_avro(body, schema).alias("v")).select("v.*")
+        decoded = reader.load().select(from_avro(body, schema).alias("v"))
+        rows = decoded.select(*columns(F.col("v"))) if columns else decoded.select("v.*")
         table = f"{cfg.catalog.name}.bench.{topic.replace('-', '_').replace('.', '_')}"
         (rows.writeStream.format("iceberg").trigger(availableNow=True)
          .option("checkpointLocation", str(home / f"baseline-{topic}")).toTable(table).awaitTermination())
     return time.perf_counter() - started
 
 
-def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: int, tag: str, home: Path
-         ) -> tuple[float, float]:
+def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: int, tag: str, home: Path,
+         columns: Callable[[Column], list[Column]] | None = None) -> tuple[float, float]:
     """Seconds the stage and the baseline take to drain `events` messages from each of `topics` new topics of
-    their own, named after the pool's prefix and `tag` (unique to the race)."""
+    their own, named after the pool's prefix and `tag` (unique to the race); `columns`: what the baseline makes
+    of each decoded value (`time_baseline`)."""
     serde = serde_from_settings(cfg.registry, cfg.aws)
     prefix = pool[0].topic.split(".", 1)[0]
     first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
@@ -148,7 +160,7 @@ def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: i
     print(f"stage: draining {topics} topic(s) ...", flush=True)
     stage_s = time_stage(cfg, spark, rf"{prefix}{tag}t\d+\..*", home / f"{prefix}{tag}")
     print(f"baseline: draining {topics} topic(s) ...", flush=True)
-    return stage_s, time_baseline(cfg, spark, baseline_topics, schema, home / f"{prefix}{tag}")
+    return stage_s, time_baseline(cfg, spark, baseline_topics, schema, home / f"{prefix}{tag}", columns)
 
 
 def report(name: str, events: int, stage_s: float, baseline_s: float) -> tuple[float, float]:

@@ -10,7 +10,8 @@ round's jobs (Spark's REST API, task `executorCpuTime`, which the load inflates 
 time. The first round is the JVM's warm-up; the medians are of the others.
 
 Needs the stack (`python -m pipeline stack up`). Usage: bench/changelog_cpu.py [--events 300000] [--rounds 6]
-[--sink noop|iceberg] [--set k=v ...]. Ends with: `changelog cpu: <stage> / <baseline> CPU-s, <ratio>x`.
+[--sink noop|iceberg] [--tables employees] [--seed 7] [--set k=v ...] (`--tables synthetic:1 --seed 74`:
+`bench/database.py`'s real-types table). Ends with: `changelog cpu: <stage> / <baseline> CPU-s, <ratio>x`.
 """
 
 from __future__ import annotations
@@ -73,12 +74,14 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--sink", choices=("noop", "iceberg"), default="noop")
+    parser.add_argument("--tables", default="employees", help="the simulator's table set, of one table")
+    parser.add_argument("--seed", type=int, default=7, help="the simulator's seed (synthetic:1 tables differ)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
     logs.configure("WARNING")
     cfg = load_config(overrides=[*args.overrides, "spark.ui=true"])  # the REST API that reports task CPU
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
-    pool = simulate_pool(cfg, f"cpu{uuid.uuid4().hex[:6]}", min(POOL, args.events))
+    pool = simulate_pool(cfg, f"cpu{uuid.uuid4().hex[:6]}", min(POOL, args.events), args.tables, args.seed)
     first = confluent_unframe(pool[0].value or b"")[0]
     topic, baseline_topic = pool[0].topic, f"{pool[0].topic}-baseline"
     produce(cfg, topic, pool, args.events)

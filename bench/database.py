@@ -12,19 +12,28 @@
    and summed from its status store. The probes are thread-seconds: `changelog.concurrent_topics` threads
    overlap them, so they add up to more than the wall time.
 4. The driver's heap in use after the N-table batches (after a full GC) is printed against the 2 GiB bound.
+5. Real types: one topic of a synthetic table with timestamps, decimals and JSON (`real_types_table`), drained by
+   the stage against plain Spark doing the same in the same run: Kafka -> `from_avro` -> the same type conversions
+   written by hand (`HAND_WRITTEN`) -> an Iceberg append. It is `bench/changelog.py`'s race (a pool of 200k
+   distinct changes replayed to `--real-types-events`, the schema evolving a tenth of the way in, the baseline
+   reading the first writer's messages), first untimed on `--warmup-real-types` events, then `--rounds` rounds on
+   new topics; the last round (the steady state of a running stream) is the figure.
 
 Both drains are first run untimed on a small database of their own (class loading, the JIT's first compiles).
-The mirror half and the real-types race of the issue's closing line are not measured here yet (`n/a`).
+The mirror half of the issue's closing line is not measured here yet (`n/a`).
 
 Needs the stack (`python -m pipeline stack up`, or the test stack with its settings passed by `--set`).
-Usage: bench/database.py [--tables 500] [--events 200000] [--warmup 2000] [--set k=v ...]
-Ends with: `database: <N> tables, changelog <ms> ms/table (appending to them: <ms>), mirror n/a, real types n/a`.
+Usage: bench/database.py [--only changelog|real-types] [--tables 500] [--events 200000] [--warmup 2000]
+[--real-types-events 1000000] [--warmup-real-types 50000] [--rounds 2] [--set k=v ...]
+Ends with: `database: <N> tables, changelog <ms> ms/table (appending to them: <ms>), mirror n/a, real types <x>x
+plain Spark` (`n/a` for a part `--only` leaves out).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import sys
 import tempfile
@@ -40,6 +49,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from changelog import POOL, race, report, simulate_pool  # noqa: E402  (bench/changelog.py)
+from pyspark.sql import Column  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql.catalog import Catalog  # noqa: E402
 from pyspark.sql.readwriter import DataFrameWriterV2  # noqa: E402
 
@@ -50,7 +62,9 @@ from pipeline.stages.changelog import ChangelogStage  # noqa: E402
 from pipeline.stages.changelog import landing as landing_module  # noqa: E402
 from registry import resolver as resolver_module  # noqa: E402
 from registry.factory import serde_from_settings  # noqa: E402
+from simulators import synthetic  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
+from simulators.tables import Column as SourceColumn, Table  # noqa: E402
 from simulators.transport import KafkaTransport  # noqa: E402
 from simulators.truth import TruthStore  # noqa: E402
 from tables import append as append_module  # noqa: E402
@@ -173,19 +187,72 @@ def per_table(name: str, t1: float, tn: float, tables: int) -> float:
     return ms
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tables", type=int, default=500)
-    parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--warmup", type=int, default=2_000, help="events of the untimed first drains")
-    parser.add_argument("--set", dest="overrides", action="append", default=[])
-    args = parser.parse_args()
-    logs.configure("WARNING")
-    cfg = load_config(overrides=args.overrides)
+# The real-types race's baseline: what a Spark user writes by hand for the semantic types of its table, to the
+# lake types docs/types.md gives them (a decimal with its logical type, as the simulator writes it, JSON, enums
+# and UUIDs need nothing).
+HAND_WRITTEN: dict[str, Callable[[Column], Column]] = {
+    "io.debezium.time.Timestamp": lambda c: F.timestamp_millis(c).cast("timestamp_ntz"),
+    "io.debezium.time.MicroTimestamp": lambda c: F.timestamp_micros(c).cast("timestamp_ntz"),
+    "io.debezium.time.NanoTimestamp": lambda c: F.timestamp_micros(F.floor(c / 1000)).cast("timestamp_ntz"),
+    "org.apache.kafka.connect.data.Timestamp": lambda c: c.cast("timestamp_ntz"),  # timestamp-millis: an instant
+    "io.debezium.time.ZonedTimestamp": lambda c: c.cast("timestamp"),
+    "io.debezium.time.Date": F.date_from_unix_date,
+}
+AS_DECODED = frozenset({"org.apache.kafka.connect.data.Decimal", "org.apache.kafka.connect.data.Date",
+                        *(f"io.debezium.data.{name}" for name in ("Json", "Xml", "Uuid", "Enum", "EnumSet"))})
+TIMESTAMPS = frozenset(name for name in HAND_WRITTEN if "Timestamp" in name)
+
+
+def _semantic(column: SourceColumn) -> str | None:
+    return column.avro_type.get("connect.name") if isinstance(column.avro_type, dict) else None
+
+
+def real_types_table() -> tuple[int, Table]:
+    """The first seed whose `synthetic:1` table has timestamps, decimals and JSON, 8 to 24 columns, no TOAST-able
+    text (its values are kilobytes), and only semantic types `HAND_WRITTEN` or `AS_DECODED` covers; and the table."""
+    for seed in itertools.count():
+        table = synthetic.database(1, seed)[0]
+        kinds = {_semantic(column) for column in table.columns}
+        if (8 <= len(table.columns) <= 24 and not table.toasted and kinds <= {None, *HAND_WRITTEN, *AS_DECODED}
+                and kinds & TIMESTAMPS and "org.apache.kafka.connect.data.Decimal" in kinds
+                and "io.debezium.data.Json" in kinds):
+            return seed, table
+    raise AssertionError("unreachable: itertools.count() does not end")
+
+
+def by_hand(table: Table) -> Callable[[Column], list[Column]]:
+    """The baseline's columns of a decoded envelope: the row's columns converted by hand, the operation and the
+    source time."""
+    def columns(envelope: Column) -> list[Column]:
+        image = F.coalesce(envelope["after"], envelope["before"])
+        return [HAND_WRITTEN.get(_semantic(column) or "", lambda c: c)(image[column.name]).alias(column.name)
+                for column in table.columns] + [envelope["op"].alias("_op"),
+                                                F.timestamp_millis(envelope["source"]["ts_ms"]).alias("_source_ts")]
+    return columns
+
+
+def real_types(cfg: PipelineConfig, spark: Any, events: int, warmup: int, rounds: int) -> float:
+    """The stage's rate over plain Spark's on one topic of the real-types table, in the last round."""
+    seed, table = real_types_table()
+    print(f"real types: synthetic:1 of seed {seed}, {table.name}: "
+          + ", ".join(f"{c.name} ({_semantic(c) or c.avro_type})" for c in table.columns), flush=True)
+    pool = simulate_pool(cfg, f"rt{uuid.uuid4().hex[:6]}", POOL, tables="synthetic:1", seed=seed)
+    columns = by_hand(table)
+    ratio = 0.0
+    with tempfile.TemporaryDirectory() as folder:
+        if warmup:
+            print(f"real types warm-up: {warmup:,} events each, untimed", flush=True)
+            race(cfg, spark, pool, 1, warmup, "w", Path(folder), columns)
+        for round_ in range(1, rounds + 1):
+            _, ratio = report(f"real types, round {round_}", events,
+                              *race(cfg, spark, pool, 1, events, f"r{round_}", Path(folder), columns))
+    return ratio
+
+
+def changelog_costs(cfg: PipelineConfig, spark: Any, args: argparse.Namespace) -> tuple[int, float, float]:
+    """Steps 1-4: the tables touched and the fixed cost per table, in ms, of a batch that creates them and of one
+    that appends to them."""
     threads = cfg.changelog.concurrent_topics
-    print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs); "
-          f"changelog.concurrent_topics={threads}", flush=True)
-    spark = get_spark(cfg)
     run = f"db{uuid.uuid4().hex[:6]}"
     seconds: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,9 +276,34 @@ def main() -> None:
     print(f"driver heap in use after the batches: {heap_mib(spark):,.0f} MiB (bound 2,048 MiB)")
     created, appended = (per_table(f"{round_} tables", seconds[round_, "one"], seconds[round_, "many"], touched)
                          for round_ in ("new", "existing"))
+    return touched, created, appended
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", choices=("changelog", "real-types"), help="run one part of the benchmark")
+    parser.add_argument("--tables", type=int, default=500)
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--warmup", type=int, default=2_000, help="events of the untimed first drains")
+    parser.add_argument("--real-types-events", type=int, default=1_000_000)
+    parser.add_argument("--warmup-real-types", type=int, default=50_000, help="events of its untimed first race")
+    parser.add_argument("--rounds", type=int, default=2, help="real-types races; the last one is the figure")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    logs.configure("WARNING")
+    cfg = load_config(overrides=args.overrides)
+    print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs); "
+          f"changelog.concurrent_topics={cfg.changelog.concurrent_topics}", flush=True)
+    spark = get_spark(cfg)
+    changelog, real = f"{args.tables} tables, changelog n/a", "n/a"
+    if args.only != "real-types":
+        touched, created, appended = changelog_costs(cfg, spark, args)
+        changelog = f"{touched} tables, changelog {created:.0f} ms/table (appending to them: {appended:.0f})"
+    if args.only != "changelog":
+        ratio = real_types(cfg, spark, args.real_types_events, args.warmup_real_types, args.rounds)
+        real = f"{ratio:.2f}x plain Spark"
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
-    print(f"database: {touched} tables, changelog {created:.0f} ms/table (appending to them: {appended:.0f}), "
-          "mirror n/a, real types n/a")
+    print(f"database: {changelog}, mirror n/a, real types {real}")
 
 
 if __name__ == "__main__":

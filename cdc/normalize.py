@@ -134,9 +134,7 @@ def _rejections(fmt: str, reader: str | None, keys: tuple[str, ...], schema: Str
     for name, semantic in _semantics(fmt, reader).items():
         condition = semantic_types.overflows(image[name], semantic) if name in row_type.fieldNames() else None
         if condition is not None:
-            found.append((F.coalesce(condition, F.lit(False)), "DecimalOverflow",
-                          f"column {name} (io.debezium.data.VariableScaleDecimal) does not fit decimal(38, 18): "
-                          "set the connector's decimal.handling.mode=string, or give the column a precision"))
+            found.append((F.coalesce(condition, F.lit(False)), *decimal_overflow(name)))
     return tuple(found)
 
 
@@ -145,6 +143,13 @@ def toast_in_key(name: str) -> tuple[str, str]:
     return ("ToastPlaceholderInKey",
             f"key column {name} holds Debezium's unavailable-value placeholder, so the row's key is unknown: "
             f"give the table REPLICA IDENTITY FULL (or a key that is never TOASTed) and replay this record")
+
+
+def decimal_overflow(name: str) -> tuple[str, str]:
+    """The error class and message of a VariableScaleDecimal that does not fit decimal(38, 18)."""
+    return ("DecimalOverflow",
+            f"column {name} (io.debezium.data.VariableScaleDecimal) does not fit decimal(38, 18): "
+            "set the connector's decimal.handling.mode=string, or give the column a precision")
 
 
 def transport(schema: StructType) -> Column:

@@ -36,7 +36,7 @@ class Semantic:
 def field_semantics(schema: dict[str, Any], fmt: str) -> dict[str, Semantic]:
     """Per row column of a format's reader schema, its annotations (from the union's non-null branch; a named
     type used again is referred to by its full name, as Avro requires)."""
-    named = _named_types(schema)
+    named = named_types(schema)
     found = {}
     for field in _row_record(schema, fmt).get("fields", []):
         kind = field["type"]
@@ -47,18 +47,19 @@ def field_semantics(schema: dict[str, Any], fmt: str) -> dict[str, Semantic]:
     return found
 
 
-def _named_types(schema: Any, namespace: str = "", found: dict[str, dict] | None = None) -> dict[str, dict]:
+def named_types(schema: Any, namespace: str = "", found: dict[str, dict] | None = None) -> dict[str, dict]:
+    """The schema's named types (records, enums, fixed) by full name: a later use of one names it only."""
     found = {} if found is None else found
     if isinstance(schema, list):
         for branch in schema:
-            _named_types(branch, namespace, found)
+            named_types(branch, namespace, found)
     elif isinstance(schema, dict):
         if "name" in schema and schema.get("type") in ("record", "enum", "fixed"):
             namespace = schema.get("namespace", namespace)
             full = schema["name"] if "." in schema["name"] or not namespace else f"{namespace}.{schema['name']}"
             found[full] = schema
         for child in [f["type"] for f in schema.get("fields", [])] + [schema.get("items"), schema.get("values")]:
-            _named_types(child, namespace, found)
+            named_types(child, namespace, found)
     return found
 
 
@@ -124,7 +125,8 @@ def _zoned_time(value: Column, kind: DataType, _: dict[str, Any]) -> Column:
 
 def _unscaled(value: Column) -> Column:
     """Big-endian two's-complement bytes (Kafka Connect's Decimal) as the integer they hold, decimal(38, 0):
-    the first byte signed, each next one shifting in 8 bits. Null when it has more than 38 digits."""
+    the first byte signed, each next one shifting in 8 bits. Null when it has more than 38 digits (`try_`: under
+    ANSI mode a plain product that overflows fails the whole batch)."""
     def byte(i: Column) -> Column:
         return F.conv(F.hex(F.substring(value, i, 1)), 16, 10).cast("int")
 
@@ -132,7 +134,8 @@ def _unscaled(value: Column) -> Column:
     signed = F.when(first >= 128, first - 256).otherwise(first).cast("decimal(38,0)")
     rest = F.sequence(F.lit(2), F.octet_length(value))
     shifted = F.aggregate(F.when(F.octet_length(value) > 1, rest).otherwise(F.array().cast("array<int>")),
-                          signed, lambda acc, i: (acc * 256 + byte(i)).try_cast("decimal(38,0)"))
+                          signed, lambda acc, i: F.try_add(F.try_multiply(acc, F.lit(256)), byte(i))
+                          .try_cast("decimal(38,0)"))
     return F.when(F.octet_length(value) > 0, shifted)
 
 
@@ -183,11 +186,17 @@ def convert(column: str, value: Column, kind: DataType, semantic: Semantic) -> C
     conversion = CONVERSIONS.get(semantic.name or "")
     if conversion is not None:
         return conversion(value, kind, semantic.attributes)
-    if semantic.name and semantic.name.startswith("io.debezium.") and (column, semantic.name) not in _warned:
-        _warned.add((column, semantic.name))
-        log.warning("normalize.unknown_semantic_type", column=column, semantic_type=semantic.name,
-                    landed_as=kind.simpleString(), fix="map it in cdc/semantic_types.py (docs/types.md)")
+    warn_unmapped(column, semantic, kind)
     return value
+
+
+def warn_unmapped(column: str, semantic: Semantic, kind: DataType) -> None:
+    """Once per column and type: a Debezium semantic type the map does not know lands as decoded (`kind`)."""
+    name = semantic.name
+    if name and name.startswith("io.debezium.") and name not in CONVERSIONS and (column, name) not in _warned:
+        _warned.add((column, name))
+        log.warning("normalize.unknown_semantic_type", column=column, semantic_type=name,
+                    landed_as=kind.simpleString(), fix="map it in cdc/semantic_types.py (docs/types.md)")
 
 
 def overflows(value: Column, semantic: Semantic) -> Column | None:

@@ -289,8 +289,9 @@ class ChangelogSettings(_Section):
     max_offsets_per_trigger: int | None = Field(None, gt=0)
     concurrent_topics: int = Field(4, ge=1, description="topics of one batch landed at once: one topic's driver work "
                                    "(registry, planning, the commit) overlaps another's tasks")
-    native_decode: bool = Field(True, description="decode Debezium envelopes of plain Avro row types with the "
-                                "pipeline's own Spark function (jvm/cdc, cdc/native.py) where the session has it; "
+    native_decode: bool = Field(True, description="decode Debezium envelopes of plain and semantic row types "
+                                "with the pipeline's own Spark function (jvm/cdc, cdc/native.py) where the session "
+                                "has it and the types are ones it reads; "
                                 "off: always from_avro and column expressions")
     trigger_interval: str = "10 seconds"
     checkpoint: str | None = Field(None, description="a path or URI (s3://…); defaults to <home>/checkpoints/changelog")

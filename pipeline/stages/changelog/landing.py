@@ -5,8 +5,8 @@ transport columns such as Kafka's headers or Kinesis's sequence number); a trans
 Values are registry-framed Avro (`registry.wire_format`: Confluent, Apicurio legacy or Glue, or Apicurio's
 header ids), decoded on the JVM with one `from_avro` per writer schema (the subject's latest version as the
 reader schema), or DMS JSON through a variant (`cdc/decode.py`), and normalised into the canonical change record
-(`cdc/normalize.py`); Debezium envelopes of plain row types are decoded straight into that record by the
-pipeline's own Spark function instead (`cdc/native.py`). Changes are routed by topic `<db>.<schema>.<table>` to
+(`cdc/normalize.py`); Debezium envelopes of the row types it reads (plain and semantic) are decoded straight
+into that record by the pipeline's own Spark function instead (`cdc/native.py`). Changes are routed by topic `<db>.<schema>.<table>` to
 `<catalog>.changelog.<db>_<table>` (Iceberg) or `<lake.delta_root>/changelog/<db>_<table>` (Delta), as
 `names.*` names it, unless that table holds another source table (`tables/owners.py`); DMS JSON by the table its
 metadata names, whatever the topic, and DMS control records are counted, their table-def kept with the table
@@ -490,8 +490,8 @@ class Landing:
         if not decoded:
             return dead, None
         keys = self.cfg.mirror.key_columns(name) or self._key(name, plan.topic, {fmt for fmt, *_ in decoded})
-        refused = [native.rejections(part, keys) if fmt == native.FORMAT else rejections(part, fmt, reader, keys)
-                   for fmt, part, _, _, reader in decoded]
+        refused = [native.rejections(part, reader or "", keys) if fmt == native.FORMAT
+                   else rejections(part, fmt, reader, keys) for fmt, part, _, _, reader in decoded]
         observations = [Observation(f"invalid {plan.topic} {batch_id} {i}") for i in range(len(decoded))]
         changes = functools.reduce(
             lambda a, b: a.unionByName(b, allowMissingColumns=True),
@@ -629,4 +629,4 @@ def _lands(reader: str) -> bool:
 
 def _normalized(part: DataFrame, fmt: str, db: str, reader: str | None) -> DataFrame:
     """The change record of a decoded part (`_topic`): the native function's, or `normalize`'s."""
-    return native.normalized(part) if fmt == native.FORMAT else normalize(part, fmt, db, reader)
+    return native.normalized(part, reader or "") if fmt == native.FORMAT else normalize(part, fmt, db, reader)

@@ -4,6 +4,7 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.avro.Schema
 import org.apache.avro.Schema.Type._
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.unsafe.types.UTF8String
 
 /** A position in one value's Avro binary, and the reads of its primitives. */
@@ -36,13 +37,14 @@ final class Cursor(var bytes: Array[Byte], var pos: Int) {
   }
 }
 
-/** Reads one value and returns it as Spark holds it (boxed primitive, `UTF8String`, bytes) or null. */
+/** Reads one value and returns it as Spark holds it (boxed primitive, `UTF8String`, bytes, a struct's row) or null. */
 trait Read { def apply(c: Cursor): Any }
 
 /** Avro binary read straight from the bytes: the writer's schema resolved against the reader's once, into
  *  closures that read or skip each value. */
 object AvroProgram {
-  /** A reader of a value written as `writer`, returned as the reader type `reader` wants (primitive, or null). */
+  /** A reader of a value written as `writer`, returned as the reader type `reader` wants (primitive, record, or
+   *  null). */
   def value(writer: Schema, reader: Schema): Read = (writer.getType, reader.getType) match {
     case (UNION, _) =>
       val branches = writer.getTypes.asScala
@@ -60,6 +62,10 @@ object AvroProgram {
     case (DOUBLE, DOUBLE) => c => c.double()
     case (STRING, STRING) | (BYTES, STRING) => c => c.string()
     case (BYTES, BYTES) | (STRING, BYTES) => c => c.binary()
+    case (RECORD, RECORD) =>  // as Spark holds a struct: the reader's fields, by name
+      val width = reader.getFields.size
+      val read = record(writer, reader, name => reader.getField(name).pos())
+      c => { val out = new Array[Any](width); read(c, out); new GenericInternalRow(out) }
     case (w, r) => throw new IllegalArgumentException(s"no native read of $w as $r")
   }
 

@@ -4,26 +4,28 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.avro.Schema
-import org.apache.spark.sql.catalyst.expressions.{Expression, TernaryExpression}
+import org.apache.spark.sql.catalyst.expressions.{Expression, TernaryExpression, TimeZoneAwareExpression}
 import org.apache.spark.sql.catalyst.expressions.codegen.{CodegenContext, ExprCode}
-import org.apache.spark.sql.avro.SchemaConverters
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
 
 /** `cdc_debezium_envelope(value, schema_id, body_offset, config)`: a registry-framed Debezium envelope read
  *  straight into the change record's columns (`Config.dataType`), null when its id names no writer of `config` or
  *  its body does not decode. `config` is JSON: `reader` (the subject's latest schema, the row columns' source)
- *  and `writers` (schema id -> writer schema). The row columns must be of plain Avro types (see
- *  `cdc/native.py`, which decides); normalising what the columns mean stays in `cdc/normalize.py`.
+ *  and `writers` (schema id -> writer schema). Row columns land in the lake types their Kafka Connect semantic
+ *  types mean (`SemanticTypes`); `cdc/native.py` decides which Avro forms come here. Time-zone aware: Debezium's
+ *  zoned texts are read as Spark's cast reads them in the session's zone.
  *
  *  Why: the same done with `from_avro` and column expressions took four generated stages and copied the
  *  decoded envelope between two of them; fused into one, the generated method passed the JIT's size limit. */
-case class DebeziumEnvelope(value: Expression, schemaId: Expression, bodyOffset: Expression, config: String)
-    extends TernaryExpression {
+case class DebeziumEnvelope(value: Expression, schemaId: Expression, bodyOffset: Expression, config: String,
+                            timeZoneId: Option[String] = None)
+    extends TernaryExpression with TimeZoneAwareExpression {
   override def first: Expression = value
   override def second: Expression = schemaId
   override def third: Expression = bodyOffset
   override def nullable: Boolean = true
+  override def withTimeZone(timeZoneId: String): DebeziumEnvelope = copy(timeZoneId = Option(timeZoneId))
 
   @transient private lazy val parsed = DebeziumEnvelope.Config(config)
   override def dataType: DataType = parsed.dataType
@@ -31,7 +33,7 @@ case class DebeziumEnvelope(value: Expression, schemaId: Expression, bodyOffset:
   @transient private lazy val programs: java.util.HashMap[UTF8String, EnvelopeProgram] = {
     val map = new java.util.HashMap[UTF8String, EnvelopeProgram]()
     parsed.writers.foreach { case (id, writer) =>
-      map.put(UTF8String.fromString(id), new EnvelopeProgram(writer, parsed))
+      map.put(UTF8String.fromString(id), new EnvelopeProgram(writer, parsed, zoneId))
     }
     map
   }
@@ -62,6 +64,14 @@ object DebeziumEnvelope {
   val Placeholder: UTF8String = UTF8String.fromString("__debezium_unavailable_value")
   /** What the envelope's `source` block gives, in `EnvelopeProgram`'s slots. */
   val SourceFields: Seq[String] = Seq("ts_ms", "lsn", "sequence", "connector", "db", "schema", "table", "txId")
+  private val PlaceholderBytes: Array[Byte] = Placeholder.getBytes
+
+  /** Whether a text or bytes value is Debezium's TOAST placeholder. */
+  def isPlaceholder(value: Any): Boolean = value match {
+    case text: UTF8String => text == Placeholder
+    case bytes: Array[Byte] => java.util.Arrays.equals(bytes, PlaceholderBytes)
+    case _ => false
+  }
 
   def build(args: Seq[Expression]): Expression = {
     require(args.length == 4 && args(3).foldable, s"$Name(value, schema_id, body_offset, config): config is a literal")
@@ -94,14 +104,17 @@ object DebeziumEnvelope {
     val row: Schema = AvroProgram.nonNull(reader.getField("after").schema())
     val columns: Seq[Schema.Field] = row.getFields.asScala.toSeq
     val names: Array[UTF8String] = columns.map(f => UTF8String.fromString(f.name())).toArray
+    val conversions: Seq[Conversion] = columns.map(f => SemanticTypes.of(f.schema()))
+    /** The row columns, the change record's own, and `_overflowed`: the columns whose value did not fit. */
     val dataType: StructType = StructType(
-      columns.map(f => StructField(f.name(), SchemaConverters.toSqlType(f.schema()).dataType)) ++ Seq(
+      columns.zip(conversions).map { case (f, c) => StructField(f.name(), c.dataType) } ++ Seq(
         StructField("_op", StringType), StructField("_is_deleted", BooleanType),
         StructField("_source_ts", TimestampType),
         StructField("source_major", LongType), StructField("source_minor", LongType),
         StructField("connector", StringType), StructField("db", StringType), StructField("schema", StringType),
         StructField("table", StringType), StructField("tx_id", StringType), StructField("snapshot", BooleanType),
-        StructField("_unchanged", ArrayType(StringType, containsNull = false))))
+        StructField("_unchanged", ArrayType(StringType, containsNull = false)),
+        StructField("_overflowed", ArrayType(StringType, containsNull = false))))
     val width: Int = dataType.length
   }
 }

@@ -1,5 +1,7 @@
 package cdc.spark
 
+import java.time.ZoneId
+
 import scala.jdk.CollectionConverters._
 
 import org.apache.avro.Schema
@@ -8,8 +10,9 @@ import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.catalyst.util.GenericArrayData
 import org.apache.spark.unsafe.types.UTF8String
 
-/** One writer's envelope read into the flat change record (`DebeziumEnvelope.Config.dataType`). */
-final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config) {
+/** One writer's envelope read into the flat change record (`DebeziumEnvelope.Config.dataType`); `zone`: the
+ *  session's, for the semantic types' conversions. */
+final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config, zone: ZoneId) {
   import AvroProgram._
   import EnvelopeProgram.State
   private val n = config.columns.length
@@ -36,6 +39,9 @@ final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config) {
     }
   }.toArray
   private val state = new State(n, DebeziumEnvelope.SourceFields.length)
+  private val converts: Array[Any => Any] = config.conversions.map(_.convert(zone)).toArray
+  private val placeholders: Array[Boolean] = config.conversions.map(_.holdsPlaceholder).toArray
+  private val overflows: Array[Boolean] = config.conversions.map(_.overflows).toArray
 
   def read(c: Cursor): InternalRow = {
     val s = state
@@ -48,12 +54,18 @@ final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config) {
     val out = new Array[Any](config.width)
     val image = if (s.hasAfter) s.after else if (s.hasBefore) s.before else null
     var unchanged: List[UTF8String] = Nil
+    var overflowed: List[UTF8String] = Nil
     if (image != null) {
       i = 0
       while (i < n) {
-        image(i) match {
-          case u: UTF8String if u == DebeziumEnvelope.Placeholder => unchanged = config.names(i) :: unchanged
-          case v => out(i) = v
+        val raw = image(i)
+        if (raw != null) {
+          if (placeholders(i) && DebeziumEnvelope.isPlaceholder(raw)) unchanged = config.names(i) :: unchanged
+          else {
+            val v = converts(i)(raw)
+            out(i) = v
+            if (v == null && overflows(i)) overflowed = config.names(i) :: overflowed
+          }
         }
         i += 1
       }
@@ -73,6 +85,7 @@ final class EnvelopeProgram(writer: Schema, config: DebeziumEnvelope.Config) {
     out(n + 9) = if (src(7) == null) null else UTF8String.fromString(src(7).toString)
     out(n + 10) = snapshot
     out(n + 11) = new GenericArrayData(unchanged.reverse.toArray[Any])
+    out(n + 12) = new GenericArrayData(overflowed.reverse.toArray[Any])
     new GenericInternalRow(out)
   }
 }
