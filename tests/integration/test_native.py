@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import struct
+import uuid
 from datetime import date, datetime
 from decimal import Decimal
 from io import BytesIO
@@ -22,16 +23,15 @@ from cdc import decode, native
 from cdc.framing import Framing
 from cdc.normalize import normalize, read_schema, rejections
 from cdc.semantic_types import CONVERSIONS, PLACEHOLDER, field_semantics
-from registry.serde import AvroSerde
-from registry.wire import WireFormat, confluent_unframe
+from registry.factory import serde_from_settings
 from simulators import synthetic
 from simulators.semantic import DECIMAL_12_2, semantic
 from simulators.simulation import Simulation, SimulationOptions
+from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from simulators.tables import table_set
 from tables.lake import session_conf
 from tests.conftest import code_generation
-from tests.unit.test_simulator import _ListTransport, _MemoryRegistry
 
 pytestmark = pytest.mark.integration
 
@@ -295,22 +295,25 @@ def test_the_stage_decodes_plain_envelopes_natively_unless_told_not_to(cfg, spar
 
 
 @pytest.fixture(scope="module")
-def database(spark, tmp_path_factory):
+def database(cfg, stack, spark, tmp_path_factory):
     """What `simulate --tables synthetic:N` sends (N: one table per kind of column, so every kind is there),
-    with a schema change half-way (two writers a table), as Kafka rows; per topic its writers (schema id text ->
-    text), the last one registered its reader; and the tables. The registry and Kafka are the simulator's
-    in-memory doubles."""
-    registry, transport = _MemoryRegistry(), _ListTransport()
+    with a schema change half-way (two writers a table), read back from Kafka; per topic its writers (schema
+    id text -> text, from the registry), the last one registered its reader; and the tables."""
+    prefix = f"synth{uuid.uuid4().hex[:6]}"
     options = SimulationOptions(format="debezium", tables=f"synthetic:{len(synthetic.KINDS)}", events=600,
-                                snapshot_rows=2, evolve_at=300)
-    Simulation(options, transport, TruthStore(tmp_path_factory.mktemp("synthetic") / "truth.db"),
-               AvroSerde(registry, WireFormat.CONFLUENT)).run(progress=False)
-    rows, writers = [], {}
-    for offset, message in enumerate(transport.messages):
-        schema_id = str(confluent_unframe(message.value)[0])
-        writers.setdefault(message.topic, {})[schema_id] = registry.schema(int(schema_id))
-        rows.append((message.value, message.topic, 0, offset, datetime(2026, 1, 1), schema_id))
-    return spark.createDataFrame(rows, KAFKA_ROWS), writers, table_set(options.tables, options.seed)
+                                snapshot_rows=2, evolve_at=300, topic_prefix=prefix)
+    serde = serde_from_settings(cfg.registry, cfg.aws)
+    Simulation(options, KafkaTransport(cfg.kafka, partitions=1), TruthStore(tmp_path_factory.mktemp("synthetic") /
+               "truth.db"), serde).run(progress=False)
+    framed = (spark.read.format("kafka").option("kafka.bootstrap.servers", cfg.kafka.bootstrap_servers)
+              .option("subscribePattern", rf"{prefix}\..*").load()
+              .selectExpr("value", "topic", "partition", "offset", "timestamp",
+                          "CAST(conv(hex(substring(value, 2, 4)), 16, 10) AS STRING) AS schema_id")  # Confluent frame
+              .localCheckpoint())
+    writers: dict[str, dict[str, str]] = {}
+    for row in framed.select("topic", "schema_id").distinct().collect():
+        writers.setdefault(row["topic"], {})[row["schema_id"]] = serde.registry.schema(int(row["schema_id"]))
+    return framed, writers, table_set(options.tables, options.seed), prefix
 
 
 def _covering(tables) -> list:
@@ -345,14 +348,15 @@ def _refused(decoded, topic: str, checks) -> DataFrame:
 def test_a_synthetic_database_reads_as_the_reference_reads(cfg, spark, database) -> None:
     from pipeline.stages.changelog.landing import Landing, TopicPlan
 
-    framed, writers, tables = database
+    framed, writers, tables, prefix = database
     landing, framing = Landing(cfg, spark), Framing.of("confluent")
     readers = {topic: of_topic[max(of_topic, key=int)] for topic, of_topic in writers.items()}
     for topic, of_topic in writers.items():  # the stage takes the function's path for every table
         assert landing._native("debezium", json.loads(readers[topic]), of_topic, TopicPlan(topic)), topic
     compared: dict[str, list[DataFrame]] = {"column": [], "native": []}
     for table in _covering(tables):
-        topic, reader = f"synth.public.{table.name}", readers[f"synth.public.{table.name}"]
+        topic = f"{prefix}.public.{table.name}"
+        reader = readers[topic]
         # its TOAST-able columns as its key: both paths refuse a change that holds a placeholder in one
         schema, part, keys = json.loads(reader), framed.where(F.col("topic") == topic), list(table.toasted)
         column = decode.avro(part, framing, writers[topic], json.dumps(read_schema(schema, "debezium")))
