@@ -206,6 +206,7 @@ def test_a_tracker_on_s3_is_found_by_a_reader_of_another_host_and_only_as_publis
         versions = {o["Key"].split("/")[5] for o in objects if "/rocksdb/" in o["Key"] and "LATEST" not in o["Key"]}
         assert versions == {"sst", "4"}  # three plans and a mark; the earlier versions' own files are gone
         elsewhere.close()
+        assert not elsewhere.folder.work.exists()  # type: ignore[attr-defined]  # the working copy went with it
         tracker.plan([S3File("s3://b/late", 1, 900)], [])  # the first driver again: published as version 5
         again = FileTracker(S3Folder("s3://ckpt/q/checkpoint", keys))
         assert again.meta("planned") == 3

@@ -34,6 +34,9 @@ class SourceFolder(Protocol):
     def publish(self, db: Rdict) -> None:
         """Make the database's current state the one a restarted reader finds."""
 
+    def release(self) -> None:
+        """The database is closed: drop what only served it locally."""
+
     def read_text(self, name: str) -> str | None: ...
 
     def write_text(self, name: str, text: str) -> None: ...
@@ -60,6 +63,9 @@ class LocalFolder:
         return self.root / "rocksdb"
 
     def publish(self, db: Rdict) -> None:
+        return None
+
+    def release(self) -> None:
         return None
 
     def read_text(self, name: str) -> str | None:
@@ -120,6 +126,9 @@ class S3Folder:
             shutil.rmtree(snapshot.parent, ignore_errors=True)
         self._forget(files, self._version)
         self._version, self._uploaded = version, {name for name in files if name.endswith(".sst")}
+
+    def release(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
 
     def read_text(self, name: str) -> str | None:
         try:

@@ -41,6 +41,7 @@ class FileTracker:
 
     def close(self) -> None:
         self.db.close()
+        self.folder.release()
 
     # -- reading -----------------------------------------------------------------------------------
 
