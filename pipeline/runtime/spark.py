@@ -217,12 +217,18 @@ def _submitted_conf() -> dict[str, str]:
 def _daemon_path(cfg: PipelineConfig, submitted: dict[str, str]) -> dict[str, str]:
     """Spark adds `--py-files` to a Python worker's path in each task, after the worker daemon has started; the
     preloading daemon (`pipeline.runtime.worker_daemon`) is itself shipped in them, so it gets them on its
-    PYTHONPATH, by the names the executors fetch them under into their working folder."""
-    shipped = [Path(urlparse(f).path).name for f in submitted.get("spark.submit.pyFiles", "").split(",") if f]
+    PYTHONPATH, by the names the executors fetch them under into their working folder. The driver's own Python
+    workers get that PYTHONPATH too, and the planners of the Python streaming sources (`s3-sqs`,
+    `aws-kinesis`) get no `--py-files` from Spark at all: they find the files by their paths on the driver's
+    disk (client mode), which an executor on another host simply does not have."""
+    files = [urlparse(f) for f in submitted.get("spark.submit.pyFiles", "").split(",") if f]
+    shipped = [Path(f.path).name for f in files]
+    on_driver = [f.path for f in files if f.scheme in ("", "file") and Path(f.path).is_file()]
     if not (cfg.spark.preload_workers and shipped):
         return {}
     key = "spark.executorEnv.PYTHONPATH"
-    return {key: os.pathsep.join([*shipped, *filter(None, [submitted.get(key) or cfg.spark.conf.get(key)])])}
+    given = filter(None, [submitted.get(key) or cfg.spark.conf.get(key)])
+    return {key: os.pathsep.join([*shipped, *on_driver, *given])}
 
 
 # The JVM itself prints this when Spark's launcher adds `--add-modules=jdk.incubator.vector`; no JVM flag turns

@@ -116,6 +116,12 @@ class SparkWorker(Service):
             return False
         return bool(state.get("masterurl"))  # empty until the master has registered it
 
+    def executor_logs(self, app_id: str) -> dict[str, str]:
+        """The log (stderr) of each executor this worker ran for application `app_id`, by executor id: its
+        Python workers write there too."""
+        return {log.parent.name: log.read_text(errors="replace")
+                for log in sorted((self.folder / "work" / app_id).glob("*/stderr"))}
+
     def executor_pids(self) -> list[int]:
         """The PIDs of the executor JVMs this worker runs now (its children running CoarseGrainedExecutorBackend)."""
         pid = self.process.pid()

@@ -20,6 +20,7 @@ import pytest
 from pipeline.config.settings import PipelineConfig
 from pipeline.sources import register
 from pipeline.sources.s3sqs.files import MISSING
+from pipeline.sources.s3sqs.folder import source_folder
 from pipeline.sources.s3sqs.status import clear_status, read_status, status_path
 from simulators.s3_files import ensure_notified_bucket
 from tests.conftest import REPO
@@ -86,7 +87,7 @@ def _wait_for(condition: Callable[[], bool], what: str) -> None:
 def _run_until_drained(spark, options: dict[str, str], schema: str | None = None) -> list[tuple[int, list[dict]]]:
     """Run a query over the source until the queue is drained; the batches it delivered, rows as dicts."""
     batches: list[tuple[int, list[dict]]] = []
-    clear_status(options["checkpointLocation"])
+    clear_status(source_folder(options["checkpointLocation"]))
     reader = spark.readStream.format("s3-sqs").options(**options)
     reader = reader.schema(schema) if schema else reader
     query = (reader.load().writeStream.option("checkpointLocation", options["checkpointLocation"])
@@ -94,7 +95,7 @@ def _run_until_drained(spark, options: dict[str, str], schema: str | None = None
              .trigger(processingTime="0.5 seconds").start())
     try:
         _wait_for(lambda: query.exception() is None
-                  and (read_status(options["checkpointLocation"]) or _NOT_YET).drained, "the queue to drain")
+                  and (read_status(source_folder(options["checkpointLocation"])) or _NOT_YET).drained, "the queue to drain")
     finally:
         query.stop()
     return batches
@@ -228,12 +229,14 @@ import json, pathlib, sys, time
 from tests.conftest import SHORT_LIVED_JVM, make_config
 from pipeline.runtime.spark import get_spark
 from pipeline.sources import register
+from pipeline.sources.s3sqs.folder import source_folder
 from pipeline.sources.s3sqs.status import clear_status, read_status
 
 options, out, stall = json.loads(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3] == "stall"
 spark = get_spark(make_config(SHORT_LIVED_JVM))
 register(spark)
-clear_status(options["checkpointLocation"])
+folder = source_folder(options["checkpointLocation"])
+clear_status(folder)
 
 def land(frame, batch_id):
     paths = sorted(r._file_path for r in frame.select("_file_path").collect())
@@ -245,7 +248,7 @@ def land(frame, batch_id):
 query = (spark.readStream.format("s3-sqs").schema("id int, _file_path string").options(**options).load()
          .writeStream.foreachBatch(land).option("checkpointLocation", options["checkpointLocation"])
          .trigger(processingTime="0.5 seconds").start())
-while not getattr(read_status(options["checkpointLocation"]), "drained", False):
+while not getattr(read_status(folder), "drained", False):
     query.awaitTermination(0.5)
 query.stop()
 """

@@ -4,7 +4,9 @@ writes, and every file the stages write on S3 (moto, through S3A and Iceberg's S
 
 One source (Debezium Avro on Kafka, with duplicates, late and poison messages) is landed once by `changelog`,
 then `mirror` and `maintain`, each submitted with `spark-submit --master spark://…`; the tests read what that
-left. The bad-input tests each submit a run that must stop at its start.
+left. Two DMS sources, JSON on a 4-shard Kinesis stream and Parquet files on S3 announced on SQS, are landed by
+one `changelog` submission each from the same package, and the same `mirror` submissions merge their tables
+with the Kafka source's. The bad-input tests each submit a run that must stop at its start.
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ import requests
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.verify import verify_lake
 from pipeline.stack import Stack
+from pipeline.sources.kinesis.shard_reader import shards_read
 from pipeline.stack.spark_cluster import SparkMaster, SparkWorker
+from simulators.kinesis import KinesisTransport
+from simulators.s3_files import S3FileTransport
+from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.truth import TruthStore
 from tests.conftest import GLUE_BUCKET, GLUE_CATALOG, REPO, TEST_HOME, TEST_SETTINGS, make_config, running, with_catalog
 from tests.integration.test_mirror import KEYS, Source
@@ -55,6 +61,69 @@ class Submitted(NamedTuple):
         return re.search(r"app ID (app-\d+-\d+)", self.output).group(1)  # type: ignore[union-attr]
 
 
+DMS_KEYS = {"artists": "artist_id", "artworks": "artwork_id", "employee": "employee_id"}  # the DMS tables'
+
+
+class DmsSources(NamedTuple):
+    """A DMS source on Kinesis (JSON, 4 shards) and one as Parquet files on S3 announced on SQS, each landed by
+    one `changelog` submission from the Kafka source's package into its namespaces, its checkpoint on S3; the
+    lake's `mirror` runs merge them with the Kafka source's tables."""
+
+    stream: str  # the Kinesis stream, and its tables' prefix
+    bucket: str  # the S3 bucket and SQS queue of the DMS files, and their tables' prefix
+    checkpoints: dict[str, str]  # by source prefix, on S3
+    truths: dict[str, TruthStore]
+    summaries: dict[str, Summary]
+    runs: dict[str, Submitted]  # the changelog submission of each, by source prefix
+
+    def tables(self, prefix: str) -> list[str]:
+        return [f"{prefix}_{name}" for name in DMS_KEYS]
+
+    def mirror_settings(self) -> list[str]:
+        """Their tables' keys (DMS records name none)."""
+        return [f"mirror.keys.{prefix}_{name}={key}" for prefix in (self.stream, self.bucket)
+                for name, key in DMS_KEYS.items()]
+
+
+def _with_settings(line: list[str], settings: list[str]) -> list[str]:
+    """A stage's printed line with more `--set`s before its command (a later `--set` wins)."""
+    return [*line[:-1], *[arg for setting in settings for arg in ("--set", setting)], line[-1]]
+
+
+def _simulated(prefix: str, transport: KinesisTransport | S3FileTransport, folder: Path) -> tuple[TruthStore, Summary]:
+    truth = TruthStore(folder / f"{prefix}.db")
+    fmt = "dms-json" if isinstance(transport, KinesisTransport) else "dms-parquet"
+    options = SimulationOptions(format=fmt, events=300, snapshot_rows=20, seed=13, topic_prefix=prefix,
+                                duplicates=0.03, reorder=0.03)
+    return truth, Simulation(options, transport, truth, None).run(progress=False)
+
+
+def _simulated_dms(cfg: PipelineConfig, root: str, folder: Path) -> DmsSources:
+    tag = uuid.uuid4().hex[:6]
+    stream, bucket = f"ck{tag}", f"cs{tag}"
+    files = cfg.dms_files.model_copy(update={"bucket": bucket, "queue": bucket})
+    sources = {stream: KinesisTransport(cfg.aws, shards=4), bucket: S3FileTransport(cfg.aws, files, "dms-parquet",
+                                                                                    rows_per_file=40)}
+    simulated = {prefix: _simulated(prefix, transport, folder) for prefix, transport in sources.items()}
+    return DmsSources(stream, bucket, {prefix: f"{root}/checkpoint-{prefix}" for prefix in sources},
+                      {p: truth for p, (truth, _) in simulated.items()},
+                      {p: summary for p, (_, summary) in simulated.items()}, {})
+
+
+def _land_dms(dms: DmsSources, changelog: list[str]) -> None:
+    landings = {
+        dms.stream: ["changelog.source=kinesis", f"kinesis.streams={dms.stream}", "kinesis.fetch_interval_ms=0",
+                     "kinesis.max_fetch_records_per_shard=50"],  # two batches: each spreads its shards anew
+        dms.bucket: ["changelog.source=s3-sqs", f"dms_files.bucket={dms.bucket}", f"dms_files.queue={dms.bucket}",
+                     "dms_files.long_polling_wait_s=1", "dms_files.max_files_per_trigger=16",
+                     "dms_files.options.queueFetchWaitTimeoutSeconds=2"]}  # two batches: the file log published twice
+    for prefix, settings in landings.items():
+        run = submit(_with_settings(changelog, [f"changelog.checkpoint={dms.checkpoints[prefix]}", *settings]),
+                     "--until-caught-up")
+        assert run.code == 0, f"changelog of {prefix} on the cluster failed:\n{run.output[-4000:]}"
+        dms.runs[prefix] = run
+
+
 class Lake(NamedTuple):
     prefix: str
     settings: list[str]  # the stages' settings, as `package` carries them into each submission
@@ -62,6 +131,7 @@ class Lake(NamedTuple):
     package: Path
     truth: TruthStore
     runs: dict[str, Submitted]
+    dms: DmsSources
 
 
 def _pipeline(settings: list[str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -128,11 +198,14 @@ def lake(cluster: Stack, cfg: PipelineConfig, tmp_path_factory) -> Lake:
     folder = tmp_path_factory.mktemp("cluster")
     truth = Source(cfg, prefix, folder).simulate(events=900)
     root = f"s3://{GLUE_BUCKET}/{prefix}"
+    dms = _simulated_dms(cfg, f"s3a://{GLUE_BUCKET}/{prefix}", folder)
+    tables = [f"{prefix}_{name}" for name in KEYS]
     settings = [*TEST_SETTINGS, CLUSTER, "catalog.type=glue", f"catalog.warehouse={root}/warehouse",
                 f"changelog.checkpoint={root.replace('s3://', 's3a://')}/checkpoint",
                 f"changelog.topic_pattern={prefix}\\..*", f"changelog.namespace={prefix}_changelog",
                 f"mirror.namespace={prefix}_mirror", f"mirror.pending_namespace={prefix}_pending",
-                f"mirror.tables={','.join(f'{prefix}_{name}' for name in KEYS)}"]
+                f"mirror.tables={','.join([*tables, *dms.tables(dms.stream), *dms.tables(dms.bucket)])}",
+                *dms.mirror_settings()]
     printed = _pipeline(settings, "package", "--out", str(folder / "package"), "--python", sys.executable)
     assert printed.returncode == 0, printed.stderr
     lines = {stage: shlex.split(line) for stage, line in re.findall(r"^# (\w+)\n(.+)$", printed.stdout, re.MULTILINE)}
@@ -148,6 +221,7 @@ def lake(cluster: Stack, cfg: PipelineConfig, tmp_path_factory) -> Lake:
     os.kill(pid, signal.SIGKILL)
     runs["changelog"] = second.finish()
     runs["changelog-killed-executor"] = Submitted(0, f"{worker.name} {pid}")
+    _land_dms(dms, lines["changelog"])
     # a worker dies during the mirror, with its executors: the run fails or retries; it is restarted and run again
     mirror = Submission(lines["mirror"])
     doomed = next(w for w in workers if w.name == "spark-worker-2")
@@ -157,11 +231,11 @@ def lake(cluster: Stack, cfg: PipelineConfig, tmp_path_factory) -> Lake:
     os.killpg(doomed.process.pid(), signal.SIGKILL)  # the executors with it: one process group
     runs["mirror-worker-killed"] = mirror.finish()
     cluster.up()
-    for stage in ("mirror", "maintain"):
-        runs[stage] = submit(lines[stage])
+    runs["mirror"] = submit(lines["mirror"])
+    runs["maintain"] = submit(_with_settings(lines["maintain"], [f"mirror.tables={','.join(tables)}"]))
     for stage in ("changelog", "mirror", "maintain"):
         assert runs[stage].code == 0, f"{stage} on the cluster failed:\n{runs[stage].output[-4000:]}"
-    return Lake(prefix, settings, lines, folder / "package", truth, runs)
+    return Lake(prefix, settings, lines, folder / "package", truth, runs, dms)
 
 
 def test_the_stack_runs_a_master_with_two_workers_and_shows_its_web_ui(cluster: Stack) -> None:
@@ -235,6 +309,51 @@ def test_a_worker_killed_during_the_mirror_leaves_a_mirror_the_rerun_completes(l
     assert lake.runs["mirror"].code == 0  # the mirrors' test compares the rerun's tables with the truth
     master = next(s for s in cluster.services if isinstance(s, SparkMaster))
     assert master.alive_workers() == 2  # the restarted worker registered again
+
+
+def test_dms_sources_on_kinesis_and_s3_sqs_land_each_record_once_and_mirror_to_the_truth(lake: Lake, spark) -> None:
+    dms = lake.dms
+    read = with_catalog(make_config(*lake.settings[len(TEST_SETTINGS):]), GLUE_CATALOG)
+    positions = {dms.stream: "_transport.partition, _transport.sequence",
+                 dms.bucket: "_transport.file, _transport.offset"}
+    for prefix, position in positions.items():
+        summary, landed = dms.summaries[prefix], 0
+        for table in dms.tables(prefix):
+            rows, distinct = spark.sql(f"SELECT count(*), count(DISTINCT {position}) FROM "
+                                       f"{GLUE_CATALOG.name}.{read.changelog.namespace}.{table}").first()
+            assert rows == distinct > 0, table
+            landed += rows
+        assert landed == sum(summary.events.values()) + summary.faults.get("duplicates", 0), prefix  # none lost
+        verdicts = verify_lake(read, spark, dms.truths[prefix], dms.tables(prefix))
+        assert [v.mismatches for v in verdicts] == [0, 0, 0], [line for v in verdicts for line in v.lines()]
+
+
+def test_the_kinesis_shards_were_read_on_both_workers(lake: Lake, cluster: Stack) -> None:
+    """Each shard read logs itself in the executor that read it."""
+    app = lake.dms.runs[lake.dms.stream].app_id
+    workers = [s for s in cluster.services if isinstance(s, SparkWorker)]
+    read_by = {worker.name: set().union(*map(shards_read, worker.executor_logs(app).values()))
+               for worker in workers}
+    assert all(read_by.values()), read_by
+    assert len(set().union(*read_by.values())) == 4, read_by
+
+
+def test_the_dms_sources_keep_their_state_on_s3_and_nothing_on_a_local_disk(lake: Lake, cfg: PipelineConfig) -> None:
+    """The s3-sqs file log (RocksDB, published as versions) and status, and the Kinesis shards' ends, are in
+    the checkpoints on S3, where a restarted driver finds them."""
+    s3, dms = boto3.client("s3", **cfg.aws.boto3_kwargs()), lake.dms
+
+    def keys(checkpoint: str) -> set[str]:
+        prefix = checkpoint.split("/", 3)[3] + "/"
+        return {obj["Key"][len(prefix):] for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=GLUE_BUCKET, Prefix=prefix) for obj in page.get("Contents", [])}
+
+    files, kinesis = keys(dms.checkpoints[dms.bucket]), keys(dms.checkpoints[dms.stream])
+    assert {"sources/s3-sqs/rocksdb/LATEST", "sources/s3-sqs/status.json", "commits/0"} <= files
+    assert any(k.startswith("sources/s3-sqs/rocksdb/sst/") for k in files)
+    assert any(k.startswith(f"kinesis-metadata/{dms.stream}/") for k in kinesis) and "commits/0" in kinesis
+    local = [path for path in TEST_HOME.rglob("*") if dms.stream in path.name or dms.bucket in path.name]
+    assert local == [], "a stage wrote a DMS source's state under the local home"
 
 
 def test_a_master_that_does_not_answer_stops_the_run_at_its_start(lake: Lake) -> None:

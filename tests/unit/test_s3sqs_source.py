@@ -11,6 +11,7 @@ from pipeline.sources.s3sqs.admission import admit
 from pipeline.sources.s3sqs.events import S3File, parse_message
 from pipeline.sources.s3sqs.options import S3SqsOptionError, parse_options
 from pipeline.sources.s3sqs.queue import Message
+from pipeline.sources.s3sqs.folder import LocalFolder
 from pipeline.sources.s3sqs.tracker import FileTracker
 
 REQUIRED = {"fileFormat": "csv", "queueUrl": "http://sqs/q", "queueRegion": "us-east-1", "checkpointLocation": "/tmp/c"}
@@ -43,7 +44,7 @@ def test_names_take_the_prefix_and_any_case() -> None:
     ({"sqs.longPollingWaitTimeSeconds": "30"}, "sqs.longPollingWaitTimeSeconds"),
     ({"partitionColumns": "p"}, "basePath"), ({"reprocessStartBatchId": "1"}, "reprocessEndBatchId"),
     ({"reprocessStartBatchId": "3", "reprocessEndBatchId": "1"}, "reprocessStartBatchId"),
-    ({"checkpointLocation": "s3://b/c"}, "checkpointLocation"), ({"reprocessDryRun": "maybe"}, "reprocessDryRun"),
+    ({"checkpointLocation": "hdfs://nn/c"}, "checkpointLocation"), ({"reprocessDryRun": "maybe"}, "reprocessDryRun"),
     ({"rowFormat": "json"}, "header=true"),
 ])
 def test_bad_options_are_named(given: dict, named: str) -> None:
@@ -119,7 +120,7 @@ def test_admission_keeps_consumer_errors_when_asked() -> None:
 
 
 def test_tracker_plans_batches_holds_the_rest_and_forgets_old_files(tmp_path: Path) -> None:
-    tracker = FileTracker(tmp_path / "db")
+    tracker = FileTracker(LocalFolder(tmp_path))
     first, held = S3File("s3://b/1", 1, 100), S3File("s3://b/2", 1, 200)
     assert tracker.plan([first], [held]) == 0
     assert tracker.batch_files(0) == [first] and tracker.held() == [held]
@@ -127,7 +128,7 @@ def test_tracker_plans_batches_holds_the_rest_and_forgets_old_files(tmp_path: Pa
     assert tracker.plan([held], []) == 1 and tracker.held() == []
     assert tracker.plan([first, held], tracker.held(), reprocess=(0, 1)) == 2 and tracker.reprocess_batch(0, 1) == 2
     tracker.close()
-    reopened = FileTracker(tmp_path / "db")  # what a restarted query finds
+    reopened = FileTracker(LocalFolder(tmp_path))  # what a restarted query finds
     assert reopened.meta("planned") == 2 and reopened.batch_files(1) == [held]
     assert reopened.purge_older_than(150) == 1 and not reopened.seen("s3://b/1") and reopened.seen("s3://b/2")
 
@@ -175,3 +176,37 @@ def test_receive_long_polls_once_then_drains_without_waiting() -> None:
     queue.client = FakeSqs([])
     assert queue.receive(100) == [] and queue.client.waits == [10]  # an idle trigger: one long poll
     queue.close()
+
+
+def test_a_tracker_on_s3_is_found_by_a_reader_of_another_host_and_only_as_published(tmp_path: Path,
+                                                                                    monkeypatch) -> None:
+    """A checkpoint on S3: the working copy is published after each write; a reader elsewhere (another working
+    folder) restores the last published version, and old versions' files are deleted."""
+    import boto3
+    from moto import mock_aws
+
+    from pipeline.sources.s3sqs.folder import S3Folder
+
+    keys = {"region_name": "us-east-1", "aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    with mock_aws():
+        boto3.client("s3", **keys).create_bucket(Bucket="ckpt")
+        monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "driver-1"))
+        (tmp_path / "driver-1").mkdir()
+        tracker = FileTracker(S3Folder("s3a://ckpt/q/checkpoint", keys))
+        files = [S3File(f"s3://b/{n}", 1, 100 + n) for n in range(3)]
+        for item in files:
+            tracker.plan([item], [])
+        tracker.mark("handed", 1)
+        monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "driver-2"))
+        (tmp_path / "driver-2").mkdir()
+        elsewhere = FileTracker(S3Folder("s3://ckpt/q/checkpoint", keys))
+        assert elsewhere.meta("planned") == 2 and elsewhere.meta("handed") == 1
+        assert elsewhere.batch_files(2) == [files[2]] and elsewhere.seen("s3://b/0")
+        objects = boto3.client("s3", **keys).list_objects_v2(Bucket="ckpt")["Contents"]
+        versions = {o["Key"].split("/")[5] for o in objects if "/rocksdb/" in o["Key"] and "LATEST" not in o["Key"]}
+        assert versions == {"sst", "4"}  # three plans and a mark; the earlier versions' own files are gone
+        elsewhere.close()
+        assert not elsewhere.folder.work.exists()  # type: ignore[attr-defined]  # the working copy went with it
+        tracker.plan([S3File("s3://b/late", 1, 900)], [])  # the first driver again: published as version 5
+        again = FileTracker(S3Folder("s3://ckpt/q/checkpoint", keys))
+        assert again.meta("planned") == 3

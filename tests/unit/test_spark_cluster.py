@@ -107,3 +107,14 @@ def test_a_submission_carries_the_settings_but_no_secret_and_lets_spark_submit_d
     application = line[line.index(str(tmp_path / "main.py")) + 1:]
     assert application == ["--config", "pipeline.toml", "--set", "spark.master=", "--set", "spark.connector_jars=submit",
                            "--set", "catalog.type=glue", "--set", "mirror.tables=a,b", "mirror"]
+
+
+def test_python_workers_find_the_shipped_code_by_name_on_executors_and_by_path_on_the_driver(tmp_path: Path) -> None:
+    """The streaming sources' planners run on the driver and get no `--py-files` from Spark."""
+    from pipeline.runtime.spark import _daemon_path
+
+    code = tmp_path / "pipeline.zip"
+    code.write_bytes(b"")
+    cfg = load_config(overrides=[f"home={tmp_path}"], environ={})
+    path = _daemon_path(cfg, {"spark.submit.pyFiles": f"file://{code},s3://bucket/extra.zip"})
+    assert path == {"spark.executorEnv.PYTHONPATH": f"pipeline.zip:extra.zip:{code}"}

@@ -13,6 +13,7 @@ it fails the task with `failOnDataLoss`, else it is logged and the shard counts 
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -46,16 +47,28 @@ class ShardPartition(InputPartition):
         return f"ShardPartition(batch={self.batch}, shard={self.shard_id}, start={self.start.to_json()})"
 
 
+SHARD_READ = "kinesis.shard_read"
+
+
+def shards_read(executor_log: str) -> set[str]:
+    """The shards an executor's log says its reads covered (`SHARD_READ` lines of any batch, coloured or not)."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", executor_log)
+    return set(re.findall(rf"{re.escape(SHARD_READ)}\b.*?\bshard=(\S+)", plain))
+
+
 def read_partition(options: SourceOptions, partition: ShardPartition) -> Iterator[pa.RecordBatch]:
-    """The partition's records; a first read records where it ended once every record was handed over."""
+    """The partition's records; a first read records where it ended once every record was handed over. Each
+    read logs its shard in the executor's log, which is how an operator sees which executor read which shard."""
     metadata = MetadataCommitter(options.metadata)
     recorded = metadata.get(partition.batch, partition.shard_id)
     reader = ShardReader(options, partition, shared(options.client))
     if recorded is not None:
         yield from reader.read(until=recorded.end)
-        return
-    yield from reader.read()
-    metadata.put(partition.batch, partition.shard_id, ShardEnd(reader.position, reader.records))
+    else:
+        yield from reader.read()
+        metadata.put(partition.batch, partition.shard_id, ShardEnd(reader.position, reader.records))
+    log.info(SHARD_READ, stream=options.stream_name, shard=partition.shard_id, batch=partition.batch,
+             records=reader.records, replayed=recorded is not None)
 
 
 def lost(options: SourceOptions, shard_id: str, position: Position, reason: str) -> None:

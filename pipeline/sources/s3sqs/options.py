@@ -26,7 +26,7 @@ class S3SqsOptions:
     file_format: str
     queue_url: str
     queue_region: str
-    checkpoint_location: str  # the query's checkpoint: RocksDB lives in <it>/sources/s3-sqs
+    checkpoint_location: str  # the query's checkpoint (a path, file:, s3:// or s3a://): <it>/sources/s3-sqs
     max_files_per_trigger: int = 100  # -1: unlimited
     max_file_age_s: float = 15 * 86400.0
     path_glob_filter: str | None = None
@@ -74,7 +74,7 @@ def parse_options(raw: Mapping[str, str]) -> S3SqsOptions:
         file_format=fmt,
         queue_url=_required(given, "queueUrl"),
         queue_region=_required(given, "queueRegion"),
-        checkpoint_location=local_path(_required(given, "checkpointLocation")),
+        checkpoint_location=_checkpoint(_required(given, "checkpointLocation")),
         max_files_per_trigger=_max_files(given),
         max_file_age_s=_age(given.get("maxfileage", "15d")),
         path_glob_filter=given.get("pathglobfilter") or None,
@@ -161,13 +161,12 @@ def _age(text: str) -> float:
     return float(match.group(1)) * _AGE_UNITS[match.group(2)]
 
 
-def local_path(location: str) -> str:
-    """RocksDB needs a local disk: a file: URI or a plain path."""
-    if location.startswith("file:"):
-        return re.sub(r"^file:(//)?", "", location)
-    if re.match(r"^[a-z][a-z0-9+.-]*://", location, re.IGNORECASE):
-        raise S3SqsOptionError(f"option checkpointLocation {location!r} must be a local path: the source keeps its "
-                               "file log in RocksDB, which needs a local disk")
+def _checkpoint(location: str) -> str:
+    """A local path, file:, s3:// or s3a://: the places `folder.py` keeps the file log."""
+    scheme = re.match(r"^([a-z][a-z0-9+.-]*):", location, re.IGNORECASE)
+    if scheme and scheme.group(1).lower() not in ("file", "s3", "s3a"):
+        raise S3SqsOptionError(f"option checkpointLocation {location!r}: the source keeps its file log on a local "
+                               "disk or on S3; use a path, file:, s3:// or s3a://")
     return location
 
 

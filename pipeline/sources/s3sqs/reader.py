@@ -19,8 +19,9 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pipeline.sources.s3sqs.admission import admit
 from pipeline.sources.s3sqs.files import FileSlice, pack, read_files
 from pipeline.sources.s3sqs.options import S3SqsOptionError, S3SqsOptions
-from pipeline.sources.s3sqs.status import SourceStatus, status_path, write_status
-from pipeline.sources.s3sqs.tracker import NO_BATCH, FileTracker, tracker_path
+from pipeline.sources.s3sqs.folder import SourceFolder, source_folder
+from pipeline.sources.s3sqs.status import SourceStatus, write_status
+from pipeline.sources.s3sqs.tracker import NO_BATCH, FileTracker
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -39,13 +40,14 @@ class S3SqsStreamReader(DataSourceStreamReader):
     def __init__(self, options: S3SqsOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self._tracker: FileTracker | None = None  # driver-only state, opened on first use
+        self._folder: SourceFolder | None = None  # driver-only state, opened on first use
+        self._tracker: FileTracker | None = None
         self._queue: SqsQueue | None = None
         self._last_poll = (1, 1)  # (new files, messages waiting) of the last poll; none yet: not drained
         self._kept: dict[str, float] = {}  # consumer errors this reader left in flight -> when they come back
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "schema": self.schema, "_tracker": None, "_queue": None,
+        return {"options": self.options, "schema": self.schema, "_folder": None, "_tracker": None, "_queue": None,
                 "_last_poll": self._last_poll, "_kept": {}}
 
     # -- driver --------------------------------------------------------------------------------------
@@ -78,9 +80,15 @@ class S3SqsStreamReader(DataSourceStreamReader):
             self._tracker = None
 
     @property
+    def folder(self) -> SourceFolder:
+        if self._folder is None:
+            self._folder = source_folder(self.options.checkpoint_location, self.options.boto3_kwargs())
+        return self._folder
+
+    @property
     def tracker(self) -> FileTracker:
         if self._tracker is None:
-            self._tracker = FileTracker(tracker_path(self.options.checkpoint_location))
+            self._tracker = FileTracker(self.folder)
         return self._tracker
 
     @property
@@ -139,12 +147,13 @@ class S3SqsStreamReader(DataSourceStreamReader):
         last = tracker.meta("planned")
         if end > last:
             raise S3SqsOptionError(f"reprocessEndBatchId {end} is beyond the last batch ({last}) recorded in "
-                                   f"{tracker_path(options.checkpoint_location)}")
+                                   f"{self.folder.address}")
         files = [f for batch in range(start, end + 1) for f in tracker.batch_files(batch)]
         if options.reprocess_dry_run:
-            report = status_path(options.checkpoint_location).with_name(f"reprocess-{start}-{end}-dry-run.txt")
-            report.write_text("".join(f"{f.path}\n" for f in files))
-            log.info("s3sqs.reprocess_dry_run", start=start, end=end, files=len(files), listed_in=str(report))
+            report = f"reprocess-{start}-{end}-dry-run.txt"
+            self.folder.write_text(report, "".join(f"{f.path}\n" for f in files))
+            log.info("s3sqs.reprocess_dry_run", start=start, end=end, files=len(files),
+                     listed_in=f"{self.folder.address}{report}")
             self._last_poll = (0, 0)
             self._write_status()
             return last
@@ -155,7 +164,7 @@ class S3SqsStreamReader(DataSourceStreamReader):
         return batch_id
 
     def _write_status(self) -> None:
-        write_status(self.options.checkpoint_location, SourceStatus(
+        write_status(self.folder, SourceStatus(
             self.tracker.meta("planned"), self.tracker.meta("handed"), *self._last_poll))
 
     # -- executors -----------------------------------------------------------------------------------

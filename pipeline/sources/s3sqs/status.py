@@ -3,16 +3,18 @@ whether the queue looked empty. The reader runs in its own process; this is how 
 the queue is drained: the last poll found nothing new and no message waiting (visible, or in flight at a consumer
 that died; messages this reader keeps for a dead-letter queue do not count), and every planned batch had been
 given to Spark before it. Spark polls only between batches, so those batches have then finished; a poll in flight
-that plans a new batch leaves it in RocksDB for the next run."""
+that plans a new batch leaves it in RocksDB for the next run. It lives in the source's folder of the checkpoint,
+on a local disk or on S3 (`folder.py`)."""
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pipeline.sources.s3sqs.options import local_path
+from pipeline.sources.s3sqs.folder import SUBFOLDER, SourceFolder
+
+STATUS = "status.json"
 
 
 @dataclass(frozen=True)
@@ -28,21 +30,19 @@ class SourceStatus:
 
 
 def status_path(checkpoint_location: str) -> Path:
-    return Path(local_path(checkpoint_location)) / "sources" / "s3-sqs" / "status.json"
+    """The status file of a checkpoint on a local disk."""
+    return Path(checkpoint_location) / SUBFOLDER / STATUS
 
 
-def write_status(checkpoint_location: str, status: SourceStatus) -> None:
-    path = status_path(checkpoint_location)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(status)))
-    os.replace(temporary, path)  # readers see the old file or the new one, never half of one
+def write_status(folder: SourceFolder, status: SourceStatus) -> None:
+    folder.write_text(STATUS, json.dumps(asdict(status)))
 
 
-def clear_status(checkpoint_location: str) -> None:
+def clear_status(folder: SourceFolder) -> None:
     """Forget an earlier query's status, before starting one that waits for this query's drain."""
-    status_path(checkpoint_location).unlink(missing_ok=True)
+    folder.delete(STATUS)
 
 
-def read_status(checkpoint_location: str) -> SourceStatus | None:
-    path = status_path(checkpoint_location)
-    return SourceStatus(**json.loads(path.read_text())) if path.is_file() else None
+def read_status(folder: SourceFolder) -> SourceStatus | None:
+    text = folder.read_text(STATUS)
+    return SourceStatus(**json.loads(text)) if text is not None else None

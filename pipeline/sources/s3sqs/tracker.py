@@ -1,4 +1,5 @@
-"""The source's memory, in RocksDB inside the query's checkpoint: every file seen, and every batch's file list.
+"""The source's memory, in RocksDB inside the query's checkpoint (on S3 through a published working copy:
+`folder.py`): every file seen, and every batch's file list.
 
 A batch's file list is written (synced) before Spark runs the batch, and read back whenever Spark asks for that
 batch again, so a replay after a crash reads exactly the same files. A file is recorded once: a second
@@ -15,24 +16,22 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from pathlib import Path
 from typing import Iterable
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from pipeline.sources.s3sqs.events import S3File
+from pipeline.sources.s3sqs.folder import SourceFolder
 
 NO_BATCH = -1
 _BATCH_DIGITS = 12
 _TIME_DIGITS = 15
 
 
-def tracker_path(checkpoint_location: str) -> Path:
-    return Path(checkpoint_location) / "sources" / "s3-sqs" / "rocksdb"
-
-
 class FileTracker:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, folder: SourceFolder) -> None:
+        self.folder = folder
+        path = folder.database()
         path.mkdir(parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
@@ -42,6 +41,7 @@ class FileTracker:
 
     def close(self) -> None:
         self.db.close()
+        self.folder.release()
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -83,11 +83,13 @@ class FileTracker:
         if reprocess is not None:
             write.put(f"reprocess/{reprocess[0]}-{reprocess[1]}".encode(), str(batch_id).encode())
         write.put(b"meta/planned", str(batch_id).encode())
-        self.db.write(write, self._sync)
+        self._commit(write)
         return batch_id
 
     def mark(self, name: str, batch_id: int) -> None:
-        self.db.put(f"meta/{name}".encode(), str(batch_id).encode(), self._sync)
+        write = WriteBatch(raw_mode=True)
+        write.put(f"meta/{name}".encode(), str(batch_id).encode())
+        self._commit(write)
 
     def purge_older_than(self, cutoff_ms: int) -> int:
         """Forget files created before `cutoff_ms` (maxFileAge): their notifications are ignored as too old."""
@@ -100,8 +102,12 @@ class FileTracker:
             write.delete(f"file/{path}".encode())
             purged += 1
         if purged:
-            self.db.write(write, self._sync)
+            self._commit(write)
         return purged
+
+    def _commit(self, write: WriteBatch) -> None:
+        self.db.write(write, self._sync)
+        self.folder.publish(self.db)
 
     def _range(self, prefix: bytes) -> Iterable[tuple[bytes, bytes]]:
         it = self.db.iter()

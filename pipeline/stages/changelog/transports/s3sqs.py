@@ -30,6 +30,7 @@ from pipeline.config.settings import PipelineConfig
 from pipeline.sources import register
 from pipeline.sources.s3sqs.files import csv_headers
 from pipeline.sources.s3sqs.options import S3SqsOptions, parse_options
+from pipeline.sources.s3sqs.folder import SourceFolder, source_folder
 from pipeline.sources.s3sqs.status import clear_status, read_status
 from tables.names import SourceTable, UnmappableName
 
@@ -90,12 +91,17 @@ class S3SqsTransport:
                                  "dms_files.queue / dms_files.queue_url") from None
         return self._queue_url
 
+    @functools.cached_property
+    def _folder(self) -> SourceFolder:
+        """The source's folder in the checkpoint, where its status file is (one S3 client for every poll)."""
+        return source_folder(str(self.cfg.changelog.checkpoint), self.cfg.aws.boto3_kwargs())
+
     def _sqs(self):  # type: ignore[no-untyped-def]
         return boto3.client("sqs", **self.cfg.aws.boto3_kwargs())
 
     def open(self, spark: SparkSession) -> DataFrame:
         register(spark)
-        clear_status(str(self.cfg.changelog.checkpoint))
+        clear_status(self._folder)
         return spark.readStream.format("s3-sqs").options(**source_options(self.cfg, self.queue_url)).load()
 
     def trigger(self, until_caught_up: bool) -> dict[str, Any]:
@@ -105,7 +111,7 @@ class S3SqsTransport:
         return {}  # `drained` reads the source's status file
 
     def drained(self, query: StreamingQuery) -> bool:
-        status = read_status(str(self.cfg.changelog.checkpoint))
+        status = read_status(self._folder)
         return status is not None and status.drained
 
     def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:

@@ -1,0 +1,168 @@
+"""The changelog stage on the stack's two-worker Spark cluster (one core each) against the same stage in
+`local[2]`, both submitted with `spark-submit` from one `pipeline package`, in one run on the same machine.
+
+1. The changelog bench's Kafka case (`bench/changelog.py`'s helpers): the simulator's Debezium Avro changes of
+   the `employee` table, replayed to one 4-partition topic until it holds `--events`.
+2. The same `changelog --until-caught-up` line is submitted on that topic with `--master local[2]` and with
+   the cluster's master, each submission with a namespace and a checkpoint of its own, the tables and
+   checkpoints on the stack's S3 and Glue (moto); `--rounds` times, the order alternating (the machine's
+   load moves under a run: another's test run starting makes the side that runs then slower). Each
+   submission's figure is its events over the summed durations of its batches (the stage's `changelog.batch`
+   lines: rows and rows/s), what a running stream spends on them; the whole submission (JVMs, session,
+   executors) is printed beside it. The ratio is of each side's best round. With `--batches N` the topic is
+   read in N batches (`changelog.max_offsets_per_trigger`) and the figure leaves the first out: the steady
+   state, after every JVM (the cluster has three, each compiling the stage's code) has warmed up.
+3. The Kinesis case: the simulator's DMS JSON (`--kinesis-events`) on a 4-shard stream, landed by one
+   submission to the cluster; each executor's log names the shards it read (`kinesis.shard_read`).
+
+Needs the stack with the cluster, on ports of its own, e.g.:
+  python -m pipeline --set home=/tmp/benchcl --set stack.kafka_port=39092 ... stack up --with spark-cluster
+Usage: bench/cluster.py [--events 1000000] [--rounds 2] [--batches 1] [--kinesis-events 20000]
+       [--set k=v ...] (the stack's settings)
+Ends with: `cluster: <x>x local[2], shards on <n> executors`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.changelog import POOL, produce, simulate_pool  # noqa: E402
+from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
+from pipeline.runtime import package  # noqa: E402
+from pipeline.sources.kinesis.shard_reader import shards_read  # noqa: E402
+from pipeline.stack.spark_cluster import SparkWorker, cluster_services, master_url  # noqa: E402
+from simulators.kinesis import KinesisTransport  # noqa: E402
+from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
+from simulators.truth import TruthStore  # noqa: E402
+
+BATCH = re.compile(r"changelog\.batch\b.*?\bbatch=(\d+).*?\brows_in=(\d+).*?\brows_per_s=([\d.]+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class Submitted:
+    """One spark-submit run to its end, with the stack's AWS keys in its environment (the driver's clients read
+    them there; the workers hand theirs to the executors)."""
+
+    def __init__(self, cfg: PipelineConfig, line: list[str], *args: str) -> None:
+        env = {**os.environ, "AWS_REGION": cfg.aws.region}
+        if cfg.aws.access_key_id and cfg.aws.secret_access_key:
+            env.update(AWS_ACCESS_KEY_ID=cfg.aws.access_key_id.get_secret_value(),
+                       AWS_SECRET_ACCESS_KEY=cfg.aws.secret_access_key.get_secret_value())
+        started = time.perf_counter()
+        run = subprocess.run([*line, *args], env=env, cwd=cfg.home, capture_output=True, text=True)
+        self.seconds = time.perf_counter() - started
+        self.output = ANSI.sub("", run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise SystemExit(f"{line[line.index('--master') + 1]} failed ({run.returncode}):\n{self.output[-4000:]}")
+
+    @property
+    def app_id(self) -> str:
+        found = re.search(r"app ID (app-\d+-\d+)", self.output)
+        return found.group(1) if found else ""
+
+    def batch_seconds(self, skip: int) -> tuple[int, float]:
+        """Rows the stage's batches after the first `skip` took in, and the seconds they took, from its
+        per-batch lines."""
+        batches = [(int(rows), float(rate)) for b, rows, rate in BATCH.findall(self.output) if int(b) >= skip]
+        return sum(rows for rows, _ in batches), sum(rows / rate for rows, rate in batches if rate > 0)
+
+
+def lake_settings(cfg: PipelineConfig, bucket: str, run: str) -> list[str]:
+    """Glue tables and checkpoints on the stack's S3 under `run`: what a cluster run needs (and local[2] gets the
+    same, so both sides write to the same storage)."""
+    import boto3
+
+    s3 = boto3.client("s3", **cfg.aws.boto3_kwargs())
+    if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=bucket)
+    return ["catalog.type=glue", f"catalog.warehouse=s3://{bucket}/{run}/warehouse"]
+
+
+def stage_line(built: package.Package, master: str, settings: list[str], side: str, root: str) -> list[str]:
+    own = [f"changelog.namespace={side}_changelog", f"changelog.checkpoint={root}/{side}/checkpoint"]
+    return built.submit(master, "changelog", package.passed_on([*settings, *own]), python=sys.executable)
+
+
+def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,
+               events: int, rounds: int, batches: int) -> dict[str, float]:
+    """Each side's best rate in events/s over `rounds` submissions, the order alternating."""
+    pool = simulate_pool(cfg, f"{run}k", min(POOL, events))
+    topic = pool[0].topic
+    produce(cfg, topic, pool, events)
+    pattern = [f"changelog.topic_pattern={re.escape(topic)}",
+               *([f"changelog.max_offsets_per_trigger={-(-events // batches)}"] if batches > 1 else [])]
+    sides = [("local[2]", "local[2]"), ("cluster", master_url(cfg))]
+    best = {side: 0.0 for side, _ in sides}
+    for round_ in range(1, rounds + 1):
+        for side, master in sides if round_ % 2 else sides[::-1]:
+            tag = f"{run}_{side.replace('[', '').replace(']', '')}_{round_}"
+            submitted = Submitted(cfg, stage_line(built, master, [*settings, *pattern], tag, root),
+                                  "--until-caught-up")
+            rows, seconds = submitted.batch_seconds(skip=1 if batches > 1 else 0)
+            best[side] = max(best[side], rows / seconds)
+            print(f"round {round_} {side:>9}: {rows / seconds:10,.0f} events/s  ({rows:,} events in {seconds:.1f} s "
+                  f"of batches; the whole submission {submitted.seconds:.1f} s; load {os.getloadavg()[0]:.1f})",
+                  flush=True)
+    return best
+
+
+def kinesis_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,
+                 events: int) -> tuple[Submitted, dict[str, set[str]]]:
+    """The stream landed on the cluster; the shards each executor read, by `<worker>/<executor id>`."""
+    stream = f"{run}s"
+    with tempfile.TemporaryDirectory() as folder:
+        options = SimulationOptions(format="dms-json", events=events, snapshot_rows=1000, topic_prefix=stream)
+        Simulation(options, KinesisTransport(cfg.aws, shards=4), TruthStore(Path(folder) / "truth.db"),
+                   None).run(progress=False)
+    print(f"kinesis: changelog of {events:,} DMS changes on 4 shards, on the cluster ...", flush=True)
+    kinesis = ["changelog.source=kinesis", f"kinesis.streams={stream}", "kinesis.fetch_interval_ms=0"]
+    landed = Submitted(cfg, stage_line(built, master_url(cfg), [*settings, *kinesis], f"{run}_kinesis", root),
+                       "--until-caught-up")
+    workers = [s for s in cluster_services(cfg) if isinstance(s, SparkWorker)]
+    read = {f"{worker.name}/executor {executor}": shards_read(log) for worker in workers
+            for executor, log in worker.executor_logs(landed.app_id).items()}
+    return landed, {executor: shards for executor, shards in read.items() if shards}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=1, help="read the topic in this many batches; the "
+                        "figure is then of all but the first")
+    parser.add_argument("--kinesis-events", type=int, default=20_000)
+    parser.add_argument("--bucket", default="bench-cluster")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    cfg = load_config(overrides=[*args.overrides, "stack.spark_cluster=true"])
+    run = f"bc{uuid.uuid4().hex[:6]}"
+    settings = [*args.overrides, *lake_settings(cfg, args.bucket, run)]
+    root = f"s3a://{args.bucket}/{run}"
+    built = package.build(cfg.jars_dir, cfg.home / "bench-cluster-package")
+    print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
+
+    rates = kafka_case(cfg, built, settings, root, run, args.events, args.rounds, args.batches)
+    ratio = rates["cluster"] / rates["local[2]"]
+    print(f"best rounds: cluster {rates['cluster']:,.0f}, local[2] {rates['local[2]']:,.0f} events/s: {ratio:.2f}x",
+          flush=True)
+
+    _, read = kinesis_case(cfg, built, settings, root, run, args.kinesis_events)
+    for executor, shards in sorted(read.items()):
+        print(f"  {executor}: {', '.join(sorted(shards))}", flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
+    print(f"cluster: {ratio:.2f}x local[2], shards on {len(read)} executors")
+
+
+if __name__ == "__main__":
+    main()
