@@ -84,7 +84,6 @@ demo-postgres: setup
 # (tests/conftest.py orders them longest first). TEST_WORKERS=0 runs everything in this one process.
 TEST_WORKERS ?= 2
 test: setup
-	$(PY) -m tests.class_data
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 unit: $(PIP_STAMP)

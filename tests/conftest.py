@@ -18,7 +18,6 @@ import pytest
 
 from pipeline.config.settings import CatalogSettings, PipelineConfig, load_config
 from tables.catalog import spark_catalog_conf
-from tests.class_data import JAVA_OPTION as CLASS_DATA  # every Spark JVM of the suite maps the same classes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,12 +69,12 @@ def code_generation(compiled: bool) -> dict[str, str]:
 
 
 TINY_DATA_SESSION = [*(f"spark.conf.{key}={value}" for key, value in code_generation(False).items()),
-                     f"spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC {CLASS_DATA}"]
+                     "spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC"]
 # The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills). Such a JVM lives a
 # minute or less, and C1 alone compiles sooner than tiered compilation pays back: a fresh stage's first batch
 # came 35 s after its start with the default and 31 s with C1 only. The shared session lives for the whole
 # suite and keeps the default, which was faster there (13 integration tests: 244 s against 289 s with C1 only).
-SHORT_LIVED_JVM = f"spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 {CLASS_DATA}"
+SHORT_LIVED_JVM = "spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
 PROCESS_SETTINGS = [*TEST_SETTINGS, SHORT_LIVED_JVM]
 
 # Catalogs besides the default one, configured on the one shared Spark session (one JVM serves every test);

@@ -27,11 +27,18 @@ def cmd_setup(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     if args.print_packages:
         print(",".join(jvm.spark_packages()))
         return EXIT_OK
+    from pipeline.runtime import class_data
+
     for bundle in jvm.BUNDLES:
         started = time.perf_counter()
         cached = bundle.is_resolved(cfg.jars_dir)
         folder = bundle.resolve(cfg.jars_dir, offline=args.offline)
         print(f"{bundle.name:<9} {'cached ' if cached else 'resolved'} {time.perf_counter() - started:6.1f} s  {folder}")
+    if cfg.spark.class_data:
+        started, cached = time.perf_counter(), class_data.archive(cfg).is_file()
+        written = class_data.train(cfg)  # a warning, not a failure, when it cannot: sessions start without it
+        state = "cached " if cached else "written" if written else "skipped"
+        print(f"{'classes':<9} {state} {time.perf_counter() - started:6.1f} s  {written or class_data.archive(cfg)}")
     return EXIT_OK
 
 

@@ -218,6 +218,9 @@ class SparkSettings(_Section):
     console_log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = Field(
         "ERROR", description="Spark's and the JVM's log lines shown on the console; every line from INFO up goes "
         "to <home>/logs/spark.log (--verbose: WARN, --log-level DEBUG: INFO)")
+    class_data: bool = Field(
+        True, description="a local driver maps the class-data archive of Spark's classes that `pipeline setup` "
+        "writes (`pipeline/runtime/class_data.py`): about half of its start")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
 
     @field_validator("master")

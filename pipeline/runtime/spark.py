@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import structlog
 
-from pipeline.runtime import cluster, jvm
+from pipeline.runtime import class_data, cluster, jvm
 from pipeline.config.redaction import java_replacements
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import spark_catalog_conf
@@ -59,7 +59,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     if _local(cfg):
         # The driver on the loopback address: no "hostname resolves to a loopback address" warning, no lookup.
         conf["spark.driver.host"] = "127.0.0.1"
-    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()}"
+    conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
+        f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()}", class_data.java_option(cfg, _local(cfg))]))
     if cfg.spark.preload_workers:
         conf["spark.python.daemon.module"] = "pipeline.runtime.worker_daemon"
     if cfg.spark.connector_jars == "local":

@@ -28,6 +28,7 @@ import requests
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.verify import verify_lake
+from pipeline.runtime import class_data
 from pipeline.stack import Stack
 from pipeline.sources.kinesis.shard_reader import shards_read
 from pipeline.stack.spark_cluster import SparkMaster, SparkWorker
@@ -35,17 +36,17 @@ from simulators.kinesis import KinesisTransport
 from simulators.s3_files import S3FileTransport
 from simulators.simulation import Simulation, SimulationOptions, Summary
 from simulators.truth import TruthStore
-from tests.conftest import (CLASS_DATA, GLUE_BUCKET, GLUE_CATALOG, REPO, TEST_HOME, TEST_SETTINGS, make_config, running,
-                            with_catalog)
+from tests.conftest import GLUE_BUCKET, GLUE_CATALOG, REPO, TEST_HOME, TEST_SETTINGS, make_config, running, with_catalog
 from tests.integration.test_mirror import KEYS, Source
 
 pytestmark = pytest.mark.integration
 
 CLUSTER = "stack.spark_cluster=true"
 SUBMIT_TIMEOUT_S = 600
-# C1 alone reserves 48 MiB of code cache, which a maintain run filled (compilation then stops); the executors' class
-# path is the driver's, so they map the suite's classes too
-SHORT_LIVED = f"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m {CLASS_DATA}"
+# C1 alone reserves 48 MiB of code cache, which a maintain run filled (compilation then stops). The cluster's JVMs run
+# on this host, with the local driver's class path: they map the class-data archive `make setup` wrote too.
+SHORT_LIVED = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m "
+               f"-XX:SharedArchiveFile={class_data.archive(make_config())}")
 
 
 @pytest.fixture(scope="module")

@@ -217,3 +217,19 @@ def test_librdkafka_logs_through_python_logging(tmp_path: Path) -> None:
     logs.configure("INFO", verbose=True)
     assert logging.getLogger("librdkafka").level == logging.NOTSET  # the root logger's level again
     logs.configure("INFO")
+
+
+def test_a_local_driver_maps_the_class_data_archive_once_setup_wrote_it(tmp_path: Path) -> None:
+    from pipeline.runtime import class_data
+
+    cfg = _cfg(tmp_path)
+    assert "SharedArchiveFile" not in spark_conf(cfg)["spark.driver.extraJavaOptions"]  # not written yet
+    written = class_data.archive(cfg)
+    written.parent.mkdir(parents=True)
+    written.write_bytes(b"")
+    assert f"-XX:SharedArchiveFile={written}" in spark_conf(cfg)["spark.driver.extraJavaOptions"].split()
+    for off in ("spark.master=spark://10.0.0.5:7077", "spark.class_data=false"):  # remote drivers have no such file
+        assert "SharedArchiveFile" not in spark_conf(_cfg(tmp_path, off))["spark.driver.extraJavaOptions"], off
+    (cfg.jars_dir / "spark").mkdir(parents=True)
+    (cfg.jars_dir / "spark" / "iceberg-spark-runtime-9.jar").write_bytes(b"jar")
+    assert class_data.archive(cfg) != written  # another set of jars: another archive, which setup writes
