@@ -10,9 +10,16 @@
    submission's figure is its events over the summed durations of its batches (the stage's `changelog.batch`
    lines: rows and rows/s), what a running stream spends on them; the whole submission (JVMs, session,
    executors) is printed beside it. The ratio is of each side's best round. With `--batches N` the topic is
-   read in N batches (`changelog.max_offsets_per_trigger`) and the figure leaves the first out: the steady
-   state, after every JVM (the cluster has three, each compiling the stage's code) has warmed up.
-3. The Kinesis case: the simulator's DMS JSON (`--kinesis-events`) on a 4-shard stream, landed by one
+   read in N batches (`changelog.max_offsets_per_trigger`) and the figure leaves the first out, the one that
+   starts every JVM's compiling (the cluster has three, each compiling the stage's path for itself, and its
+   executors still compile in the batches after it: docs/benchmarks.md, the cluster).
+3. Beside each submission's figure, the CPU-seconds its processes and the stack's used, from `/proc`
+   (`bench/cpu.py`'s `Sampler`): the driver (local[2]'s tasks run there), the executors (the workers' children),
+   the cluster's daemons and the services, a JVM's JIT compiler, GC and Spark task threads apart; for the batches
+   counted, for the whole submission and batch by batch. The machine's load moves the wall time (the cluster's
+   three JVMs take a larger share of a contended machine than local[2]'s one), much less the CPU: each side's
+   CPU-seconds per million events give the most the cluster can reach with every core busy (local's / its own).
+4. The Kinesis case: the simulator's DMS JSON (`--kinesis-events`) on a 4-shard stream, landed by one
    submission to the cluster; each executor's log names the shards it read (`kinesis.shard_read`).
 
 Needs the stack with the cluster, on ports of its own, e.g.:
