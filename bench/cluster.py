@@ -10,9 +10,16 @@
    submission's figure is its events over the summed durations of its batches (the stage's `changelog.batch`
    lines: rows and rows/s), what a running stream spends on them; the whole submission (JVMs, session,
    executors) is printed beside it. The ratio is of each side's best round. With `--batches N` the topic is
-   read in N batches (`changelog.max_offsets_per_trigger`) and the figure leaves the first out: the steady
-   state, after every JVM (the cluster has three, each compiling the stage's code) has warmed up.
-3. The Kinesis case: the simulator's DMS JSON (`--kinesis-events`) on a 4-shard stream, landed by one
+   read in N batches (`changelog.max_offsets_per_trigger`) and the figure leaves the first out, the one that
+   starts every JVM's compiling (the cluster has three, each compiling the stage's path for itself, and its
+   executors still compile in the batches after it: docs/benchmarks.md, the cluster).
+3. Beside each submission's figure, the CPU-seconds its processes and the stack's used, from `/proc`
+   (`bench/cpu.py`'s `Sampler`): the driver (local[2]'s tasks run there), the executors (the workers' children),
+   the cluster's daemons and the services, a JVM's JIT compiler, GC and Spark task threads apart; for the batches
+   counted, for the whole submission and batch by batch. The machine's load moves the wall time (the cluster's
+   three JVMs take a larger share of a contended machine than local[2]'s one), much less the CPU: each side's
+   CPU-seconds per million events give the most the cluster can reach with every core busy (local's / its own).
+4. The Kinesis case: the simulator's DMS JSON (`--kinesis-events`) on a 4-shard stream, landed by one
    submission to the cluster; each executor's log names the shards it read (`kinesis.shard_read`).
 
 Needs the stack with the cluster, on ports of its own, e.g.:
@@ -32,27 +39,31 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.changelog import POOL, produce, simulate_pool  # noqa: E402
+from bench.cpu import Group, Sampler, describe  # noqa: E402
 from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.runtime import package  # noqa: E402
 from pipeline.sources.kinesis.shard_reader import shards_read  # noqa: E402
-from pipeline.stack.spark_cluster import SparkWorker, cluster_services, master_url  # noqa: E402
+from pipeline.stack.services import all_services  # noqa: E402
+from pipeline.stack.spark_cluster import SparkMaster, SparkWorker, cluster_services, master_url  # noqa: E402
 from simulators.kinesis import KinesisTransport  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
 from simulators.truth import TruthStore  # noqa: E402
 
-BATCH = re.compile(r"changelog\.batch\b.*?\bbatch=(\d+).*?\brows_in=(\d+).*?\brows_per_s=([\d.]+)")
+BATCH = re.compile(r"^(\S+Z) .*?changelog\.batch\b.*?\bbatch=(\d+).*?\brows_in=(\d+).*?\brows_per_s=([\d.]+)", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class Submitted:
     """One spark-submit run to its end, with the stack's AWS keys in its environment (the driver's clients read
-    them there; the workers hand theirs to the executors)."""
+    them there; the workers hand theirs to the executors), and the CPU its processes and the stack's used
+    (`cpu_groups`)."""
 
     def __init__(self, cfg: PipelineConfig, line: list[str], *args: str) -> None:
         env = {**os.environ, "AWS_REGION": cfg.aws.region}
@@ -60,11 +71,17 @@ class Submitted:
             env.update(AWS_ACCESS_KEY_ID=cfg.aws.access_key_id.get_secret_value(),
                        AWS_SECRET_ACCESS_KEY=cfg.aws.secret_access_key.get_secret_value())
         started = time.perf_counter()
-        run = subprocess.run([*line, *args], env=env, cwd=cfg.home, capture_output=True, text=True)
+        with tempfile.TemporaryFile("w+") as out:
+            run = subprocess.Popen([*line, *args], env=env, cwd=cfg.home, stdout=out, stderr=subprocess.STDOUT,
+                                   text=True)
+            self.cpu = Sampler(cpu_groups(cfg, run.pid)).start()
+            returncode = run.wait()
+            self.cpu.stop()
+            out.seek(0)
+            self.output = ANSI.sub("", out.read())
         self.seconds = time.perf_counter() - started
-        self.output = ANSI.sub("", run.stdout + run.stderr)
-        if run.returncode != 0:
-            raise SystemExit(f"{line[line.index('--master') + 1]} failed ({run.returncode}):\n{self.output[-4000:]}")
+        if returncode != 0:
+            raise SystemExit(f"{line[line.index('--master') + 1]} failed ({returncode}):\n{self.output[-4000:]}")
 
     @property
     def app_id(self) -> str:
@@ -74,8 +91,48 @@ class Submitted:
     def batch_seconds(self, skip: int) -> tuple[int, float]:
         """Rows the stage's batches after the first `skip` took in, and the seconds they took, from its
         per-batch lines."""
-        batches = [(int(rows), float(rate)) for b, rows, rate in BATCH.findall(self.output) if int(b) >= skip]
+        batches = [(int(rows), float(rate)) for _, b, rows, rate in BATCH.findall(self.output) if int(b) >= skip]
         return sum(rows for rows, _ in batches), sum(rows / rate for rows, rate in batches if rate > 0)
+
+    def _logged(self) -> dict[int, float]:
+        """Batch id -> when its line was logged (at most a second after it ended: the stage polls)."""
+        return {int(b): datetime.fromisoformat(at).timestamp() for at, b, _, _ in BATCH.findall(self.output)}
+
+    def batches_cpu(self, skip: int) -> dict[tuple[str, str], float]:
+        """CPU seconds from the line of batch `skip - 1` (the start of the submission when `skip` is 0) to the
+        last batch's line: the batches the figure counts, with the driver's work between them."""
+        logged = self._logged()
+        start = logged.get(skip - 1, self.cpu.samples[0][0] if self.cpu.samples else 0.0)
+        return self.cpu.between(start, max(logged.values(), default=start))
+
+    def per_batch(self) -> list[str]:
+        """For each batch after the first, its CPU seconds (from the previous batch's line to its own) by kind over
+        all the processes, and the executors' apart: whether the JIT is still at work."""
+        logged, lines = self._logged(), []
+        rates = {int(b): (int(rows), float(rate)) for _, b, rows, rate in BATCH.findall(self.output)}
+        for batch in sorted(logged)[1:]:
+            cpu = self.cpu.between(logged[batch - 1], logged[batch])
+            kinds: dict[str, float] = {}
+            for (_, kind), seconds in cpu.items():
+                kinds[kind] = kinds.get(kind, 0.0) + seconds
+            executors = sum(seconds for (group, _), seconds in cpu.items() if group == "executors")
+            rows, rate = rates[batch]
+            lines.append(f"  batch {batch}: {rows:,} events in {rows / rate if rate else 0:.1f} s, "
+                         f"{sum(kinds.values()):.1f} CPU-s (" + ", ".join(
+                             f"{kind} {seconds:.1f}" for kind, seconds in sorted(kinds.items()) if seconds >= 0.05)
+                         + (f"; executors {executors:.1f})" if executors else ")"))
+        return lines
+
+
+def cpu_groups(cfg: PipelineConfig, submitted: int) -> list[Group]:
+    """Whose CPU a submission is charged: its own processes (the driver JVM, which runs local[2]'s tasks, and
+    its Python), the executors (the workers' children: JVMs and their Python workers), the cluster's daemons
+    (master and workers, there for both sides) and the stack's services (Kafka, moto, the registry)."""
+    services = [s for s in all_services(cfg) if s.process.pid() is not None]
+    daemons = tuple(s.process.pid() for s in services if isinstance(s, (SparkMaster, SparkWorker)))
+    others = tuple(s.process.pid() for s in services if not isinstance(s, (SparkMaster, SparkWorker)))
+    return [Group("driver", (submitted,)), Group("executors", daemons, own=False),
+            Group("cluster daemons", daemons, descendants=False), Group("services", others, descendants=False)]
 
 
 def lake_settings(cfg: PipelineConfig, bucket: str, run: str) -> list[str]:
@@ -95,8 +152,9 @@ def stage_line(built: package.Package, master: str, settings: list[str], side: s
 
 
 def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,
-               events: int, rounds: int, batches: int) -> dict[str, float]:
-    """Each side's best rate in events/s over `rounds` submissions, the order alternating."""
+               events: int, rounds: int, batches: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Each side's best rate in events/s over `rounds` submissions, the order alternating, and its least CPU
+    seconds per million events in the batches counted (every process: stage, executors, cluster, services)."""
     pool = simulate_pool(cfg, f"{run}k", min(POOL, events))
     topic = pool[0].topic
     produce(cfg, topic, pool, events)
@@ -104,17 +162,23 @@ def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str],
                *([f"changelog.max_offsets_per_trigger={-(-events // batches)}"] if batches > 1 else [])]
     sides = [("local[2]", "local[2]"), ("cluster", master_url(cfg))]
     best = {side: 0.0 for side, _ in sides}
+    cpu: dict[str, float] = {}
     for round_ in range(1, rounds + 1):
         for side, master in sides if round_ % 2 else sides[::-1]:
             tag = f"{run}_{side.replace('[', '').replace(']', '')}_{round_}"
             submitted = Submitted(cfg, stage_line(built, master, [*settings, *pattern], tag, root),
                                   "--until-caught-up")
-            rows, seconds = submitted.batch_seconds(skip=1 if batches > 1 else 0)
+            skip = 1 if batches > 1 else 0
+            rows, seconds = submitted.batch_seconds(skip)
+            counted = submitted.batches_cpu(skip)
             best[side] = max(best[side], rows / seconds)
+            cpu[side] = min(cpu.get(side, float("inf")), sum(counted.values()) / rows * 1e6)
             print(f"round {round_} {side:>9}: {rows / seconds:10,.0f} events/s  ({rows:,} events in {seconds:.1f} s "
-                  f"of batches; the whole submission {submitted.seconds:.1f} s; load {os.getloadavg()[0]:.1f})",
-                  flush=True)
-    return best
+                  f"of batches; the whole submission {submitted.seconds:.1f} s; load {os.getloadavg()[0]:.1f})\n"
+                  f"  CPU in the batches counted: {describe(counted)}\n"
+                  f"  CPU in the whole submission: {describe(submitted.cpu.total())}", *submitted.per_batch(),
+                  sep="\n", flush=True)
+    return best, cpu
 
 
 def kinesis_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,
@@ -152,10 +216,13 @@ def main() -> None:
     built = package.build(cfg.jars_dir, cfg.home / "bench-cluster-package")
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
 
-    rates = kafka_case(cfg, built, settings, root, run, args.events, args.rounds, args.batches)
+    rates, cpu = kafka_case(cfg, built, settings, root, run, args.events, args.rounds, args.batches)
     ratio = rates["cluster"] / rates["local[2]"]
     print(f"best rounds: cluster {rates['cluster']:,.0f}, local[2] {rates['local[2]']:,.0f} events/s: {ratio:.2f}x",
           flush=True)
+    print(f"CPU-s per million events in the batches counted (least of the rounds): cluster {cpu['cluster']:.1f}, "
+          f"local[2] {cpu['local[2]']:.1f}: with every core busy the cluster reaches at most "
+          f"{cpu['local[2]'] / cpu['cluster']:.2f}x local[2] on this machine", flush=True)
 
     _, read = kinesis_case(cfg, built, settings, root, run, args.kinesis_events)
     for executor, shards in sorted(read.items()):

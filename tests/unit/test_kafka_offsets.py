@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, ONE_TASK_RECORDS, TopicRange, ranges_in
+from pipeline.stages.changelog.transports.kafka_offsets import (EARLIEST, ONE_TASK_RECORDS, TASKS_PER_CORE, TopicRange,
+                                                                ranges_in)
 
 
 def _offset_log(offsets: dict[str, dict[str, int]]) -> str:
@@ -38,6 +39,18 @@ def test_a_topic_of_few_records_is_read_by_one_task_and_a_busy_one_by_a_task_a_p
     from_start = TopicRange("t", {0: (EARLIEST, ONE_TASK_RECORDS + 1), 1: (0, 1)})  # counted from offset 0
     assert (few.one_task, busy.one_task, from_start.one_task) == (True, False, False)
     assert not TopicRange("t", {0: (0, 5)}).one_task  # one partition is one task already
+
+
+def test_on_a_cluster_a_busy_topic_of_few_partitions_is_split_so_that_no_executor_waits_on_another() -> None:
+    busy = TopicRange("t", {p: (0, 100_000) for p in range(4)})
+    assert busy.min_tasks(None) is None  # local: the task threads take the next task, whichever partition it reads
+    assert busy.min_tasks(4) == 4 * TASKS_PER_CORE  # 4 partitions on 4 cores: split, so the tasks balance
+    assert busy.min_tasks(1) is None  # 4 partitions on 1 core: TASKS_PER_CORE tasks and more already
+    wide = TopicRange("t", {p: (0, 100_000) for p in range(16)})
+    assert wide.min_tasks(4) is None  # enough tasks already: each partition stays on the executor that read it
+    few = TopicRange("t", {p: (0, ONE_TASK_RECORDS // 8) for p in range(4)})
+    assert few.min_tasks(4) is None  # one task reads it
+    assert TopicRange("t", {0: (0, ONE_TASK_RECORDS)}).min_tasks(4) is None  # a task's worth: not split
 
 
 def test_a_file_that_is_not_an_offset_log_is_a_clear_error() -> None:

@@ -16,6 +16,7 @@ from pipeline.stages.changelog.errors import StageError
 from pipeline.stages.changelog.transports import Outage
 from pipeline.stages.changelog.transports.kafka_offsets import batch_ranges
 from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.cluster import is_local
 from registry.backend import RegistryError
 from registry.resolver import resolver_from_settings
 
@@ -78,8 +79,10 @@ class KafkaTransport:
 
     def land(self, landing: Landing, batch: DataFrame, report: BatchReport) -> None:
         """The streaming batch is not read: each topic's records are, once, by their offset ranges."""
-        ranges = batch_ranges(landing.spark, str(self.cfg.changelog.checkpoint), report.batch_id)
-        landing.land_topics([(r.topic, r.read(landing.spark, self.cfg.kafka, self.headers)) for r in ranges],
+        spark = landing.spark
+        ranges = batch_ranges(spark, str(self.cfg.changelog.checkpoint), report.batch_id)
+        parallelism = None if is_local(spark.sparkContext.master) else spark.sparkContext.defaultParallelism
+        landing.land_topics([(r.topic, r.read(spark, self.cfg.kafka, self.headers, parallelism)) for r in ranges],
                             report)
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:

@@ -29,6 +29,12 @@ EARLIEST = -2  # Spark's Kafka offset JSON: the partition's earliest offset
 # job is all fixed cost (a task, a Kafka consumer and a data file per partition), and a batch of a whole database
 # is mostly such topics (bench/database.py). One task decodes and writes this many records in well under a second.
 ONE_TASK_RECORDS = 20_000
+# On a cluster, a task per Kafka partition ties each partition to one executor: Spark's Kafka source gives the task
+# the executor that read the partition before (its cached consumer), so a batch of 4 partitions on two 1-core
+# executors ran 2 tasks on each, and ended with the slower executor's second task while the other waited (0.7-1.3 s
+# of a 5-7 s job idle, bench/cluster.py). Split into this many tasks per unit of the session's parallelism, the
+# ranges have no preferred executor, and an executor that is done takes the next one.
+TASKS_PER_CORE = 2
 
 
 @dataclass(frozen=True)
@@ -48,15 +54,27 @@ class TopicRange:
         """Whether the records are few enough to be read by one task (`ONE_TASK_RECORDS`)."""
         return len(self.partitions) > 1 and self.upper_bound <= ONE_TASK_RECORDS
 
-    def read(self, spark: SparkSession, settings: KafkaSettings, headers: bool) -> DataFrame:
+    def min_tasks(self, parallelism: int | None) -> int | None:
+        """Spark's `minPartitions` for reading the ranges on a cluster of `parallelism` cores (None: a local
+        master, whose task threads take the next task whichever partition it reads): `TASKS_PER_CORE` a core
+        for a topic of more than `ONE_TASK_RECORDS` records and fewer partitions than that, else None (a task a
+        partition, each on the executor that read it before)."""
+        wanted = TASKS_PER_CORE * (parallelism or 0)
+        return wanted if self.upper_bound > ONE_TASK_RECORDS and len(self.partitions) < wanted else None
+
+    def read(self, spark: SparkSession, settings: KafkaSettings, headers: bool, parallelism: int | None = None
+             ) -> DataFrame:
         """The topic's records in these ranges, in the columns the streaming source gives; a few records in
-        one task (`one_task`), so the job that lands them runs one task and writes one file per day."""
+        one task (`one_task`), so the job that lands them runs one task and writes one file per day; on a cluster
+        of `parallelism` cores, in at least `min_tasks`."""
         ranges = sorted(self.partitions.items())
-        rows = (spark.read.format("kafka").options(**kafka.spark_options(settings, headers=headers))
-                .option("assign", json.dumps({self.topic: [p for p, _ in ranges]}))
-                .option("startingOffsets", json.dumps({self.topic: {str(p): s for p, (s, _) in ranges}}))
-                .option("endingOffsets", json.dumps({self.topic: {str(p): e for p, (_, e) in ranges}}))
-                .option("failOnDataLoss", "false").load())
+        reader = (spark.read.format("kafka").options(**kafka.spark_options(settings, headers=headers))
+                  .option("assign", json.dumps({self.topic: [p for p, _ in ranges]}))
+                  .option("startingOffsets", json.dumps({self.topic: {str(p): s for p, (s, _) in ranges}}))
+                  .option("endingOffsets", json.dumps({self.topic: {str(p): e for p, (_, e) in ranges}}))
+                  .option("failOnDataLoss", "false"))
+        tasks = self.min_tasks(parallelism)
+        rows = (reader.option("minPartitions", str(tasks)) if tasks else reader).load()
         return rows.coalesce(1) if self.one_task else rows
 
 
