@@ -81,7 +81,9 @@ def cmd_stack_status(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_stack_down(cfg: PipelineConfig, args: argparse.Namespace) -> int:
-    stopped = _stack(cfg, args).down()
+    """Every service of the home that runs, the optional ones too, whichever `--with` started them."""
+    optional = {"metastore": True, "postgres": True, "trino": True, "spark_cluster": True}
+    stopped = _stack(cfg.model_copy(update={"stack": cfg.stack.model_copy(update=optional)}), args).down()
     print(f"stopped: {', '.join(stopped) or 'nothing (none of ours was running)'}")
     return EXIT_OK
 

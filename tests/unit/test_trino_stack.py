@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,14 @@ def test_trino_down_is_said_with_its_address(tmp_path: Path, capsys) -> None:
     argv = ["--set", f"home={tmp_path}", "--set", f"stack.trino_port={port}", "query", "--engine", "trino", "SELECT 1"]
     assert main(argv) == 1
     assert re.search(f"^error: {said}", capsys.readouterr().err)
+
+
+def test_stack_down_stops_an_optional_service_without_being_told_it_runs(tmp_path: Path, capsys) -> None:
+    """`stack up --with trino` started it; a plain `stack down` stops it too (nothing else of the home runs)."""
+    trino = Trino(_cfg(tmp_path, "stack.trino=true"))
+    pid = trino.process.start(["sleep", "60"])  # the service's own PID file, as `up` writes it
+    assert main(["--set", f"home={tmp_path}", "stack", "down"]) == 0
+    assert capsys.readouterr().out.strip().endswith("stopped: trino")
+    assert trino.process.pid() is None
+    _, status = os.waitpid(pid, os.WNOHANG)  # this test's child: ended, by the stop's signal
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
