@@ -1,4 +1,5 @@
-"""A whole database (issue 41): the fixed cost a table adds to a changelog batch, and where that time goes.
+"""A whole database (issue 41): the fixed cost a table adds to a changelog batch and to a mirror run, and where
+the changelog's time goes.
 
 1. The simulator writes `--events` Debezium changes of `synthetic:1` (one table) to Kafka, and as many of
    `synthetic:<--tables>` (the same number of changes, skewed over the tables: a few hot, a long quiet tail), each
@@ -19,14 +20,22 @@
    reading the first writer's messages), first untimed on `--warmup-real-types` events, then `--rounds` rounds on
    new topics; the last round (the steady state of a running stream) is the figure.
 
-Both drains are first run untimed on a small database of their own (class loading, the JIT's first compiles).
-The mirror half of the issue's closing line is not measured here yet (`n/a`).
+6. The mirror half: after each drain, one `mirror` run over the tables it landed (t1 and tN again: the first
+   run builds the mirrors, the second merges the appended changes); per table (tN - t1) / (N - 1), the issue's
+   target <= 100 ms. Then a run over the N tables with nothing new (a quiet table's cost), and a run where only
+   10 tables have new changes against one over those 10 tables alone (target <= 2x): the same 10 tables' changes
+   (one seed) land under two prefixes; the first 10 are mirrored alone, the second with N - 10 of the merged
+   tables.
+
+Both drains and a mirror run are first run untimed on a small database of their own (class loading, the JIT's
+first compiles).
 
 Needs the stack (`python -m pipeline stack up`, or the test stack with its settings passed by `--set`).
 Usage: bench/database.py [--only changelog|real-types] [--tables 500] [--events 200000] [--warmup 2000]
 [--real-types-events 1000000] [--warmup-real-types 50000] [--rounds 2] [--set k=v ...]
-Ends with: `database: <N> tables, changelog <ms> ms/table (appending to them: <ms>), mirror n/a, real types <x>x
-plain Spark` (`n/a` for a part `--only` leaves out).
+Ends with: `database: <N> tables, changelog <ms> ms/table (appending to them: <ms>), mirror <ms> ms/table
+(appending: <ms>; a quiet table <ms> ms; 10 changed of all <x>x 10 alone), real types <x>x plain Spark` (`n/a`
+for a part `--only` leaves out; `--only changelog` includes the mirror half).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +70,7 @@ from pipeline.runtime import logs  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stages.changelog import ChangelogStage  # noqa: E402
 from pipeline.stages.changelog import landing as landing_module  # noqa: E402
+from pipeline.stages.mirror import MirrorStage, MissingKeys  # noqa: E402
 from registry import resolver as resolver_module  # noqa: E402
 from registry.factory import serde_from_settings  # noqa: E402
 from simulators import synthetic  # noqa: E402
@@ -68,6 +79,7 @@ from simulators.tables import Column as SourceColumn, Table  # noqa: E402
 from simulators.transport import KafkaTransport  # noqa: E402
 from simulators.truth import TruthStore  # noqa: E402
 from tables import append as append_module  # noqa: E402
+from tables.lake import table_names  # noqa: E402
 
 SNAPSHOT_ROWS = 10  # rows per table before the changes start: the skew is in the changes, not the snapshot
 
@@ -179,11 +191,13 @@ def breakdown(title: str, probe: Probe, jobs: dict[int, tuple[float, str]], tabl
     print(f"  Spark jobs: {len(jobs)} ({len(jobs) / max(tables, 1):.1f} per table), {job_seconds:.1f} job-seconds")
 
 
-def per_table(name: str, t1: float, tn: float, tables: int) -> float:
-    """The fixed cost a table adds to a batch, in ms, printed against the issue's targets."""
+def per_table(name: str, t1: float, tn: float, tables: int, target_ms: int = 50, bounded: bool = True) -> float:
+    """The fixed cost a table adds to a batch (or a mirror run), in ms, printed against the issue's targets: the
+    changelog's 50 ms and tN <= 2 t1 + 10 s (`bounded`), the mirror's 100 ms."""
     ms = 1000 * (tn - t1) / max(tables - 1, 1)
-    print(f"{name}: fixed cost per table ({tn:.1f} - {t1:.1f}) / {tables - 1} = {ms:.0f} ms (target <= 50); "
-          f"t{tables} {'<=' if tn <= 2 * t1 + 10 else '>'} 2 t1 + 10 s ({2 * t1 + 10:.1f} s)")
+    bound = f"; t{tables} {'<=' if tn <= 2 * t1 + 10 else '>'} 2 t1 + 10 s ({2 * t1 + 10:.1f} s)" if bounded else ""
+    print(f"{name}: fixed cost per table ({tn:.1f} - {t1:.1f}) / {tables - 1} = {ms:.0f} ms (target <= {target_ms})"
+          f"{bound}", flush=True)
     return ms
 
 
@@ -249,12 +263,65 @@ def real_types(cfg: PipelineConfig, spark: Any, events: int, warmup: int, rounds
     return ratio
 
 
-def changelog_costs(cfg: PipelineConfig, spark: Any, args: argparse.Namespace) -> tuple[int, float, float]:
-    """Steps 1-4: the tables touched and the fixed cost per table, in ms, of a batch that creates them and of one
-    that appends to them."""
+def tables_of(cfg: PipelineConfig, spark: Any, prefix: str) -> list[str]:
+    """The changelog tables the topics under `prefix` landed in (`<prefix>_<table>`)."""
+    return [name for name in table_names(cfg, spark, cfg.changelog.namespace) if name.startswith(f"{prefix}_")]
+
+
+def mirror_run(cfg: PipelineConfig, spark: Any, tables: list[str]) -> tuple[float, int]:
+    """Seconds of one `mirror` run over `tables`, and how many of them had changes to merge. A keyless table
+    (one in fifty of a synthetic database) is listed by the run, which mirrors the others."""
+    stage = MirrorStage(cfg, spark)
+    started = time.perf_counter()
+    try:
+        reports = stage.run_once(tables)
+    except MissingKeys as exc:
+        reports = exc.reports
+    return time.perf_counter() - started, sum(report.changes > 0 for report in reports)
+
+
+@dataclass
+class MirrorCosts:
+    """Step 5's figures, in ms: the fixed cost per table of the mirror run after each landing, a table's cost in
+    a run with nothing new, and a run where 10 tables changed over one of those 10 alone."""
+
+    created: float = 0.0
+    appended: float = 0.0
+    quiet: float = 0.0
+    ten_ratio: float = 0.0
+
+    def line(self) -> str:
+        return (f"mirror {self.created:.0f} ms/table (appending: {self.appended:.0f}; a quiet table "
+                f"{self.quiet:.0f} ms; 10 changed of all {self.ten_ratio:.2f}x 10 alone)")
+
+
+def ten_changed(cfg: PipelineConfig, spark: Any, run: str, many: list[str], args: argparse.Namespace,
+                folder: Path) -> float:
+    """Step 6: the same 10 tables' changes landed twice, under two prefixes (one seed: the same tables and
+    changes); the mirror run over the first 10 alone, then over all-but-10 of the merged `many` (nothing new)
+    with the second 10: a run of len(many) tables where only 10 changed. Returns the second over the first."""
+    events = max(args.events // 10, 100)
+    for copy in ("a", "b"):
+        simulate(cfg, f"{run}ten{copy}", 10, events, folder)
+        drain(cfg, spark, f"{run}ten{copy}", folder)
+    alone, changed = mirror_run(cfg, spark, tables_of(cfg, spark, f"{run}tena"))
+    print(f"mirror, {changed} tables with {events:,} new changes alone: {alone:.1f} s", flush=True)
+    mixed = many[:max(len(many) - 10, 0)] + tables_of(cfg, spark, f"{run}tenb")
+    among, changed = mirror_run(cfg, spark, mixed)
+    ratio = among / alone
+    print(f"mirror, the same changes in {changed} of {len(mixed)} tables: {among:.1f} s, {ratio:.2f}x "
+          "(target <= 2x)", flush=True)
+    return ratio
+
+
+def changelog_costs(cfg: PipelineConfig, spark: Any, args: argparse.Namespace) -> tuple[int, float, float, MirrorCosts]:
+    """Steps 1-6: the tables touched and the fixed cost per table, in ms, of a batch that creates them and of one
+    that appends to them; and the mirror's figures."""
     threads = cfg.changelog.concurrent_topics
     run = f"db{uuid.uuid4().hex[:6]}"
     seconds: dict[tuple[str, str], float] = {}
+    mirrored: dict[tuple[str, str], float] = {}
+    costs = MirrorCosts()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         if args.warmup:
@@ -262,21 +329,37 @@ def changelog_costs(cfg: PipelineConfig, spark: Any, args: argparse.Namespace) -
                 simulate(cfg, f"{run}w{tables}", tables, args.warmup, folder)
                 print(f"warm-up: {tables} table(s), {drain(cfg, spark, f'{run}w{tables}', folder):.1f} s, untimed",
                       flush=True)
+                print(f"warm-up: mirror of {tables} table(s), "
+                      f"{mirror_run(cfg, spark, tables_of(cfg, spark, f'{run}w{tables}'))[0]:.1f} s, untimed")
         for round_ in ("new", "existing"):  # the first batch creates the tables, the second appends to them
             simulate(cfg, f"{run}one", 1, args.events, folder, round_)
             touched = simulate(cfg, f"{run}many", args.tables, args.events, folder, round_)
             seconds[round_, "one"] = drain(cfg, spark, f"{run}one", folder)
             print(f"{round_} tables, 1 table: {seconds[round_, 'one']:.1f} s", flush=True)
+            mirrored[round_, "one"], _ = mirror_run(cfg, spark, tables_of(cfg, spark, f"{run}one"))
+            print(f"{round_} tables, mirror of 1 table: {mirrored[round_, 'one']:.1f} s", flush=True)
             probe, before = Probe(), spark_jobs(spark)
             with probe.timing():
                 seconds[round_, "many"] = drain(cfg, spark, f"{run}many", folder)
             jobs = {k: v for k, v in spark_jobs(spark).items() if k not in before}
             print(f"{round_} tables, {touched} tables: {seconds[round_, 'many']:.1f} s", flush=True)
             breakdown(f"{touched}-table ({round_} tables)", probe, jobs, touched, threads)
+            many = tables_of(cfg, spark, f"{run}many")
+            mirrored[round_, "many"], changed = mirror_run(cfg, spark, many)
+            print(f"{round_} tables, mirror of {len(many)} tables ({changed} with changes): "
+                  f"{mirrored[round_, 'many']:.1f} s", flush=True)
+        quiet, changed = mirror_run(cfg, spark, many)
+        costs.quiet = 1000 * quiet / len(many)
+        print(f"mirror with nothing new ({changed} tables changed) over {len(many)} tables: {quiet:.1f} s, "
+              f"{costs.quiet:.0f} ms a table", flush=True)
+        costs.ten_ratio = ten_changed(cfg, spark, run, many, args, folder)
     print(f"driver heap in use after the batches: {heap_mib(spark):,.0f} MiB (bound 2,048 MiB)")
     created, appended = (per_table(f"{round_} tables", seconds[round_, "one"], seconds[round_, "many"], touched)
                          for round_ in ("new", "existing"))
-    return touched, created, appended
+    costs.created, costs.appended = (per_table(f"mirror after {round_} tables", mirrored[round_, "one"],
+                                               mirrored[round_, "many"], len(many), target_ms=100, bounded=False)
+                                     for round_ in ("new", "existing"))
+    return touched, created, appended, costs
 
 
 def main() -> None:
@@ -295,15 +378,16 @@ def main() -> None:
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs); "
           f"changelog.concurrent_topics={cfg.changelog.concurrent_topics}", flush=True)
     spark = get_spark(cfg)
-    changelog, real = f"{args.tables} tables, changelog n/a", "n/a"
+    changelog, mirror, real = f"{args.tables} tables, changelog n/a", "mirror n/a", "n/a"
     if args.only != "real-types":
-        touched, created, appended = changelog_costs(cfg, spark, args)
+        touched, created, appended, costs = changelog_costs(cfg, spark, args)
         changelog = f"{touched} tables, changelog {created:.0f} ms/table (appending to them: {appended:.0f})"
+        mirror = costs.line()
     if args.only != "changelog":
         ratio = real_types(cfg, spark, args.real_types_events, args.warmup_real_types, args.rounds)
         real = f"{ratio:.2f}x plain Spark"
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
-    print(f"database: {changelog}, mirror n/a, real types {real}")
+    print(f"database: {changelog}, {mirror}, real types {real}")
 
 
 if __name__ == "__main__":

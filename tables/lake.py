@@ -16,14 +16,14 @@ import functools
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 import structlog
 
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config.settings import PipelineConfig
 from tables import delta_log
-from tables.append import COMMIT_PROPERTY, iceberg_table
+from tables.append import COMMIT_PROPERTY
 from tables.names import property_list, quote, sql_string
 from tables.partitioning import PartitionField
 
@@ -139,9 +139,16 @@ class IcebergLakeTable:
         return self.spark.catalog.tableExists(self.ref)
 
     def commit_id(self) -> int | None:
-        if not self.exists():
+        """None for a table without commits, or without the table: callers ask of tables they know, so a missing
+        one is told by the load's exception, not by asking Spark's catalog first (a lookup more on every call)."""
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            current = self._metadata().currentSnapshot()
+        except Py4JJavaError as exc:
+            if "NoSuchTableException" not in str(exc):
+                raise
             return None
-        current = self._metadata().currentSnapshot()
         return int(current.snapshotId()) if current is not None else None
 
     def read(self, as_of: int | str | None = None) -> DataFrame:
@@ -195,17 +202,17 @@ class IcebergLakeTable:
     def commit_metadata(self, key: str) -> tuple[int, str] | None:
         """The newest commit carrying metadata `key`, and the value: (commit id, value)."""
         found = None
-        for snapshot in self._metadata().snapshots().iterator():
-            value = snapshot.summary().get(key)
-            if value is not None and (found is None or snapshot.timestampMillis() >= found[0]):
-                found = (snapshot.timestampMillis(), int(snapshot.snapshotId()), str(value))
+        for snapshot in self._document().get("snapshots", []):
+            value = snapshot.get("summary", {}).get(key)
+            if value is not None and (found is None or snapshot["timestamp-ms"] >= found[0]):
+                found = (snapshot["timestamp-ms"], int(snapshot["snapshot-id"]), str(value))
         return found[1:] if found else None
 
     def fields(self) -> list[StructField]:
         return list(self.spark.table(self.ref).schema.fields)
 
     def properties(self) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self._metadata().properties().items()}
+        return {str(k): str(v) for k, v in self._document().get("properties", {}).items()}
 
     def set_properties(self, properties: dict[str, str]) -> None:
         self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({property_list(properties)})")
@@ -283,10 +290,47 @@ class IcebergLakeTable:
     def _has_snapshot(self, snapshot_id: int) -> bool:
         return self._metadata().snapshot(snapshot_id) is not None
 
+    def _document(self) -> dict[str, Any]:
+        """The table's metadata as its metadata file has it (snapshots with their summaries, properties), in one
+        py4j call: reading a Java map or walking the snapshots over py4j costs calls an entry (a table's
+        properties took 50 ms, its snapshots three calls each)."""
+        parser = java_class(self.spark, "org.apache.iceberg.TableMetadataParser")
+        return json.loads(parser.toJson(self._metadata().operations().current()))
+
     def _metadata(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Table
-        """The table's metadata through Iceberg's Java API, refreshed (a query of `<table>.snapshots` plans and
-        runs a Spark job, about a second a question)."""
-        return iceberg_table(self.spark, self.ref)
+        """The table's metadata through Iceberg's Java API, loaded from the catalog itself: a query of
+        `<table>.snapshots` plans and runs a Spark job, about a second a question, and a load through Spark's
+        catalog parses the identifier, wraps the table and refreshes it (one catalog round trip more). The
+        pipeline's catalogs cache no table (`tables/catalog.py`), so a load is current. py4j serves each Python
+        thread on a JVM thread of its own, where Spark reads a catalog's settings (the first time a session
+        names it) from the thread's active session: the table's session is made that for the lookup (another
+        thread's lookups failed with CATALOG_NOT_FOUND), and the one active before is put back."""
+        session = self.spark._jsparkSession  # type: ignore[attr-defined]
+        sessions = java_class(self.spark, "org.apache.spark.sql.SparkSession")
+        before = sessions.getActiveSession()
+        sessions.setActiveSession(session)
+        try:
+            catalog = java_class(self.spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergCatalog(
+                session, self.cfg.catalog.name)
+        finally:
+            if before.isDefined():
+                sessions.setActiveSession(before.get())
+            else:
+                sessions.clearActiveSession()
+        levels = self.spark.sparkContext._gateway.new_array(  # type: ignore[attr-defined]
+            java_class(self.spark, "java.lang.String"), 1)
+        levels[0] = self.namespace
+        namespace = java_class(self.spark, "org.apache.iceberg.catalog.Namespace").of(levels)
+        return catalog.loadTable(java_class(self.spark, "org.apache.iceberg.catalog.TableIdentifier").of(
+            namespace, self.name))
+
+
+def java_class(spark: SparkSession, name: str) -> Any:
+    """The Java class `name` (fully qualified) for py4j calls, made without a call: `spark._jvm.a.b.C` asks the
+    JVM about each dotted segment, a round trip each, which cost more than the calls on the class."""
+    from py4j.java_gateway import JavaClass
+
+    return JavaClass(name, spark.sparkContext._gateway._gateway_client)  # type: ignore[attr-defined]
 
 
 def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:

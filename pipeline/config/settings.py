@@ -422,6 +422,9 @@ class MirrorSettings(_Section):
     max_attempts: int = Field(3, ge=1, description="tries per table when a concurrent commit conflicts")
     concurrent_tables: int = Field(4, ge=1, description="tables a run merges at once, each in a thread and "
                                    "session of its own: one table's driver work overlaps another's tasks")
+    concurrent_lookups: int = Field(8, ge=1, description="tables whose changelog commit and watermark a run reads "
+                                    "at once, to skip those with nothing new (catalog and metadata reads: waiting "
+                                    "on I/O, not on the executors)")
     view_suffix: str = Field("_current", pattern=r"^[A-Za-z0-9_]+$")
     deleted_view_suffix: str = Field("_deleted", pattern=r"^[A-Za-z0-9_]+$", description="mirror view of soft deletes")
     history_view_suffix: str = Field("_history", pattern=r"^[A-Za-z0-9_]+$",
@@ -501,6 +504,8 @@ class StatusSettings(_Section):
     max_lag: float | None = Field(None, gt=0, description="seconds a table may lag (its oldest change not yet in "
                                   "the changelog, or not yet merged into the mirror) before `status` exits 4; "
                                   "unset: report only")
+    concurrent_tables: int = Field(8, ge=1, description="tables whose facts are read at once (catalog and "
+                                   "metadata reads: waiting on I/O more than on the CPU)")
 
 
 class PipelineConfig(BaseModel):

@@ -28,7 +28,7 @@ from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
 from tables.keys import table_key
-from tables.lake import LakeTable, create_namespace, lake_table, table_names
+from tables.lake import IcebergLakeTable, LakeTable, create_namespace, lake_table, table_names
 from tables.pending import WATERMARK, pending_columns, pending_table
 from tables.views import replace_views, table_views
 
@@ -114,25 +114,57 @@ class MirrorStage:
         """Merge each table once, up to `mirror.concurrent_tables` at a time, each in a thread and session of its
         own: one table's driver work (reading its watermark, planning the merge, the commit) is about half of a
         small table's merge, and would otherwise leave the executors idle. Every table is tried; a failure is
-        raised (the first, in table order) once the others are done."""
+        raised (the first, in table order) once the others are done. The tables with nothing new are found
+        first (`up_to_date`) and only reported."""
         names = self.tables(requested)
-        self.cfg, keyless = with_table_keys(self.cfg, self.spark, names)
+        quiet = self.up_to_date(names)
+        self.cfg, keyless = with_table_keys(self.cfg, self.spark, [name for name in names if name not in quiet])
         self.settings = self.cfg.mirror
         names = [name for name in names if name not in keyless]
         limit = self.common_position(names) if self.settings.consistent and names else None
         glue = DeltaGlue.enabled(self.cfg, self.spark)
 
         def merge(name: str) -> TableReport:
-            report = self._merge_with_retries(name, limit)
+            report = quiet[name] if name in quiet else self._merge_with_retries(name, limit)
             log.info("mirror.table", summary=report.line())
             if glue is not None and lake_table(self.cfg, self.spark, self.settings.namespace, name).exists():
                 glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
             return report
 
-        reports = self._sessions.map(merge, names, self.settings.concurrent_tables, "mirror")
+        busy = [name for name in names if name not in quiet]
+        merged = dict(zip(busy, self._sessions.map(merge, busy, self.settings.concurrent_tables, "mirror"),
+                          strict=True))
+        reports = [merged[name] if name in merged else merge(name) for name in names]
         if keyless:
             raise MissingKeys(keyless, reports)
         return reports
+
+    def up_to_date(self, names: list[str]) -> dict[str, TableReport]:
+        """The tables of `names` whose mirror has merged their changelog's current commit, with their report,
+        found without a Spark job: each table's current changelog commit and its mirror's watermark, read from the
+        tables' metadata, `mirror.concurrent_lookups` tables at a time. The mirror and pending namespaces are
+        listed once, so a table without a mirror costs no lookup of one. A quiet table then costs no more:
+        no key lookup, no schema, no merge planning."""
+        mirrors = set(table_names(self.cfg, self.spark, self.settings.namespace))
+        pending = (set(table_names(self.cfg, self.spark, self.settings.pending_namespace))
+                   if self.cfg.lake.format == "iceberg" else set())
+
+        def look(name: str) -> TableReport | None:
+            if name not in mirrors:
+                return None  # never merged
+            started = time.perf_counter()
+            through = self._changelog(name).commit_id()
+            merged = watermark(lake_table(self.cfg, self.spark, self.settings.namespace, name),
+                               IcebergLakeTable(self.spark, name, self.settings.pending_namespace, self.cfg)
+                               if name in pending else None)
+            if through is None or merged != through:
+                return None
+            return TableReport(name, 0, 0, 0, merged, time.perf_counter() - started)
+
+        looked = self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup")
+        quiet = {name: report for name, report in zip(names, looked, strict=True) if report is not None}
+        log.info("mirror.up_to_date", tables=len(quiet), of=len(names))
+        return quiet
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),
                   stopping: threading.Event | None = None) -> None:
@@ -174,7 +206,7 @@ class MirrorStage:
         source, target = self._changelog(name), lake_table(self.cfg, self.spark, self.settings.namespace, name)
         keys = table_keys(self.cfg, name, source)
         through = source.commit_id()
-        after = watermark(target, pending_table(self.cfg, self.spark, name))
+        after = watermark(target if target.exists() else None, pending_table(self.cfg, self.spark, name))
         if through is None or after == through:
             return TableReport(name, 0, 0, 0, after, time.perf_counter() - started)
         landed = source.read_appended(after, through)
@@ -242,11 +274,12 @@ def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
     return keys
 
 
-def watermark(mirror: LakeTable, pending: LakeTable | None = None) -> int | None:
-    """The changelog commit a mirror has merged through; None before its first merge. In the pending layout the
-    pending table's commits carry it once the base is built."""
+def watermark(mirror: LakeTable | None, pending: LakeTable | None = None) -> int | None:
+    """The changelog commit a mirror has merged through; None before its first merge (`mirror` None: no mirror
+    yet). In the pending layout the pending table's commits carry it once the base is built. Both tables, when
+    given, exist (a lookup of a missing table costs an exception over py4j)."""
     for table in (pending, mirror):
-        found = table.commit_metadata(WATERMARK) if table is not None and table.exists() else None
+        found = table.commit_metadata(WATERMARK) if table is not None else None
         if found:
             return int(found[1])
     return None

@@ -103,6 +103,13 @@ def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables
     assert all(v.rows > 0 for v in verdicts)
 
 
+def _last_job(spark) -> int:
+    """The id of the newest Spark job the session's application ran (-1 before any)."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    ends = {jobs.apply(0).jobId(), jobs.apply(jobs.length() - 1).jobId()} if jobs.length() else {-1}
+    return max(ends)  # the list's order (newest first or last) is the status store's
+
+
 def _single_row_per_key(cfg: PipelineConfig, spark, table: str) -> None:
     key = cfg.mirror.key_columns(table)[0]
     rows, keys = mirror_state(cfg, spark, table).selectExpr("count(*)", f"count(DISTINCT {key})").first()  # one job
@@ -140,8 +147,10 @@ def test_mirror_equals_the_source_incrementally_and_after_maintenance(lake_forma
             assert {row["artwork_id_bucket"] for row in partitions.collect()} == {0, 1, 2, 3}
         artists = lake_table(mirror, spark, mirror.mirror.namespace, f"{prefix}_artists")
         first_commits[mirror.mirror.namespace] = artists.commit_id()
-        # Nothing new: nothing read, nothing committed.
+        # Nothing new: nothing read, nothing committed, and no Spark job run (a quiet table is told by metadata).
+        jobs = _last_job(spark)
         assert all(r.changes == 0 for r in stage.run_once())
+        assert _last_job(spark) == jobs
         assert artists.commit_id() == first_commits[mirror.mirror.namespace]
 
     # The same source runs on (its first 900 events are delivered again): the mirror reads only the new commits.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -39,23 +40,28 @@ def collect(cfg: PipelineConfig, now: datetime | None = None) -> LakeStatus:
         sources = source_lags(cfg)
     except KafkaUnavailable as exc:  # the lake's own facts still answer
         sources, unreachable = [], [str(exc)]
-    tables = []
-    for name in lake.names(changelog_ns):
-        if name == cfg.changelog.dead_letter_table:
-            continue
+    mirrors = set(lake.names(mirror_ns))
+    pendings = set(lake.names(cfg.mirror.pending_namespace)) if cfg.lake.format == "iceberg" else set()
+
+    def table_status(name: str) -> TableStatus | None:
         changelog = lake.facts(changelog_ns, name)
         if changelog is None:
-            continue
-        mirror = lake.facts(mirror_ns, name)
-        pending = lake.facts(cfg.mirror.pending_namespace, name) if cfg.lake.format == "iceberg" else None
+            return None
+        mirror = lake.facts(mirror_ns, name) if name in mirrors else None
+        pending = lake.facts(cfg.mirror.pending_namespace, name) if name in pendings else None
         history = changelog_history(changelog)
         last = history[-1] if history else None
-        tables.append(TableStatus(
+        return TableStatus(
             table=name, changelog_rows=changelog.rows,
             last_batch_at=last.at if last else None, last_batch_rows=last.rows if last else 0,
             last_batch_rate=last.rows / last.seconds if last and last.seconds else None, history=history,
             transport=_transport_of(name, sources, names), mirror=mirror_state(changelog, mirror, now, pending),
-            dead_letters=dead.get(name, {}), last_maintenance=last_compaction(changelog, mirror)))
+            dead_letters=dead.get(name, {}), last_maintenance=last_compaction(changelog, mirror))
+
+    # A table's facts are a few catalog and metadata reads: tables read at once overlap their waits
+    with ThreadPoolExecutor(cfg.status.concurrent_tables, thread_name_prefix="status") as pool:
+        found = pool.map(table_status, [n for n in lake.names(changelog_ns) if n != cfg.changelog.dead_letter_table])
+        tables = [table for table in found if table is not None]
     listed = {t.table for t in tables}
     elsewhere = {name: reasons for name, reasons in dead.items() if name not in listed}
     return LakeStatus(now, tables, sources, cfg.status.max_lag, unreachable, elsewhere)

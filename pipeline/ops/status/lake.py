@@ -7,6 +7,7 @@ column statistics the writers keep (Iceberg manifests' upper bounds, Delta's `ad
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ from tables.names import LakeNames, UnmappableName
 from tables.pending import WATERMARK
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
     from pyspark.sql import SparkSession
 
@@ -88,12 +90,20 @@ def dead_letters_by_table(rows: list[tuple[str, str, int]], names: LakeNames) ->
 
 
 class IcebergLake:
-    """The lake's tables through pyiceberg: catalog and metadata files only."""
+    """The lake's tables through pyiceberg: catalog and metadata files only. Each thread has a catalog of its
+    own: `status` reads tables from several threads, and pyiceberg's Hive catalog holds one connection."""
 
     def __init__(self, cfg: PipelineConfig) -> None:
-        from tables.catalog import load_pyiceberg_catalog
+        self.cfg = cfg
+        self._local = threading.local()
 
-        self.catalog = load_pyiceberg_catalog(cfg.catalog, cfg.aws)
+    @property
+    def catalog(self) -> Catalog:
+        if not hasattr(self._local, "catalog"):
+            from tables.catalog import load_pyiceberg_catalog
+
+            self._local.catalog = load_pyiceberg_catalog(self.cfg.catalog, self.cfg.aws)
+        return self._local.catalog
 
     def names(self, namespace: str) -> list[str]:
         from pyiceberg.exceptions import NoSuchNamespaceError
@@ -143,16 +153,23 @@ def _epoch_ms(value: str | None) -> datetime | None:
 
 
 def _newest_source_ts(table: Table) -> dict[int, datetime]:
-    """Snapshot id -> the newest `_source_ts` of the live data files it added (manifests' upper bounds)."""
-    if table.current_snapshot() is None or "_source_ts" not in table.schema().column_names:
+    """Snapshot id -> the newest `_source_ts` of the live data files it added: the column's upper bound in the
+    current snapshot's manifests, decoded for that one column (`inspect.entries()` decodes every column's
+    bounds, most of a wide table's status)."""
+    from pyiceberg.conversions import from_bytes
+
+    snapshot = table.current_snapshot()
+    if snapshot is None or "_source_ts" not in table.schema().column_names:
         return {}
-    entries = table.inspect.entries()
-    bounds = entries.column("readable_metrics").combine_chunks().field("_source_ts").field("upper_bound")
-    newest: dict[int, datetime] = {}
-    for snapshot_id, bound in zip(entries.column("snapshot_id").to_pylist(), bounds.to_pylist(), strict=True):
-        if bound is not None and (snapshot_id not in newest or bound > newest[snapshot_id]):
-            newest[snapshot_id] = bound if bound.tzinfo else bound.replace(tzinfo=UTC)
-    return newest
+    column = table.schema().find_field("_source_ts")
+    newest: dict[int, int] = {}
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            bound = (entry.data_file.upper_bounds or {}).get(column.field_id)
+            if bound is not None and entry.snapshot_id is not None:
+                micros = from_bytes(column.field_type, bound)
+                newest[entry.snapshot_id] = max(micros, newest.get(entry.snapshot_id, micros))
+    return {snapshot_id: datetime.fromtimestamp(micros / 1_000_000, UTC) for snapshot_id, micros in newest.items()}
 
 
 class DeltaLake:

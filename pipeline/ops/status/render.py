@@ -46,9 +46,10 @@ def as_json(status: LakeStatus) -> str:
 
 
 def as_html(status: LakeStatus) -> str:
-    """One page, no scripts or links to fetch: the text table, then a chart a table of each changelog commit's
-    lag behind its source (commit time minus the newest source time in it)."""
-    charts = "\n".join(f"<h2>{html.escape(t.table)}</h2>\n{_chart(t.history)}" for t in status.tables)
+    """One page, no scripts or links to fetch: the text table, then a section a table with a chart of each
+    changelog commit's lag behind its source (commit time minus the newest source time in it)."""
+    charts = "\n".join(f"<section class='table'><h2>{html.escape(t.table)}</h2>\n{_chart(t.history)}</section>"
+                       for t in status.tables)
     return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>pipeline status</title>"
             f"<style>body{{font-family:sans-serif;margin:2em}}pre{{background:#f6f6f6;padding:1em}}"
             f"svg{{border:1px solid #ccc}}</style></head><body>\n<h1>pipeline status, "
