@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP_STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-trino demo-cluster demo-postgres test unit test-stack-up test-stack-down bench soak stack-up stack-down clean
+.PHONY: setup system-packages demo demo-trino demo-cluster demo-postgres test unit test-stack-up test-stack-down bench soak stack-up stack-down clean
 
 $(PIP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,19 @@ $(PIP_STAMP): pyproject.toml
 # Instant when the jars are already resolved for the checked-in poms.
 setup: $(PIP_STAMP)
 	$(PY) -m pipeline setup
+
+# Debian's packages the suite and `demo-postgres` run: PostgreSQL (the real source under Debezium) and Chromium
+# (the status page test). Installed with apt-get when missing, as root or through sudo; nothing to do when present.
+system-packages:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  command -v apt-get >/dev/null || { echo "install$$missing with this system's package manager"; exit 1; }; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  echo "installing Debian packages:$$missing"; \
+	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 # The pipeline end to end on the MoMA tables: simulate -> changelog -> mirror -> verify against the truth. The
 # mirror needs no mirror.keys: each changelog table keeps its Debezium record key (docs/mirror.md).
@@ -70,7 +83,7 @@ PG_DEMO   := $(PY) -m pipeline --set mirror.keys.$(PG_PREFIX)_customers=id \
 	--set mirror.keys.$(PG_PREFIX)_orders=order_id --set mirror.tables=$(PG_PREFIX)_customers,$(PG_PREFIX)_orders \
 	--set changelog.checkpoint=.pipeline/checkpoints/$(PG_PREFIX)
 
-demo-postgres: setup
+demo-postgres: setup system-packages
 	$(PY) -m pipeline stack up --with postgres
 	$(PY) -m simulators.postgres create
 	$(PY) -m pipeline.stack.debezium register demo_$(PG_RUN) --prefix $(PG_PREFIX)
@@ -83,7 +96,7 @@ demo-postgres: setup
 # Two workers, each with a stack and a Spark of its own; each module runs whole on one of them
 # (tests/conftest.py orders them longest first). TEST_WORKERS=0 runs everything in this one process.
 TEST_WORKERS ?= 2
-test: setup
+test: setup system-packages
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 unit: $(PIP_STAMP)
