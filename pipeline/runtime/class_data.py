@@ -39,7 +39,8 @@ def archive(cfg: PipelineConfig) -> Path:
     parts = [os.path.realpath(java or "java"), str(Path(pyspark.__file__).parent), pyspark.__version__]
     parts += [f"{jar.name}:{jar.stat().st_size}" for jar in sorted(cfg.jars_dir.glob("*/*.jar"))
               if jar.parent.name in ("spark", "cdc")]
-    return cfg.jars_dir / FOLDER / f"spark-{hashlib.sha256(chr(10).join(parts).encode()).hexdigest()[:16]}.jsa"
+    digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+    return cfg.jars_dir / FOLDER / f"spark-{digest}.jsa"
 
 
 def java_option(cfg: PipelineConfig, local: bool) -> str | None:
