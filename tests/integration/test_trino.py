@@ -297,6 +297,12 @@ def test_trino_reads_a_hard_delete_mirror_as_spark_does(lake, spark, trino_serve
         assert trino_rows(trino_server, f"SELECT * FROM {on_trino}")[1] == rows, suffix
 
 
+def _halves(changes: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """A changelog's changes in two parts by source position: the first half, then the rest."""
+    middle = changes.selectExpr("percentile_approx(_seq.source_major, 0.5)").first()[0]
+    return changes.where(f"_seq.source_major <= {middle}"), changes.where(f"_seq.source_major > {middle}")
+
+
 @pytest.fixture(scope="module")
 def delta_mirror(lake, spark) -> tuple[PipelineConfig, str]:
     """`hard_table`'s changelog applied to a Delta mirror on S3 by `apply_changes` (the mirror stage's code) in
@@ -311,8 +317,7 @@ def delta_mirror(lake, spark) -> tuple[PipelineConfig, str]:
     table = hard_table(source.prefix)
     path = f"{delta.lake.delta_root}/{delta.mirror.namespace}/{table}"
     changes = spark.table(quote(cfg.catalog.name, cfg.changelog.namespace, table))
-    middle = changes.selectExpr("percentile_approx(_seq.source_major, 0.5)").first()[0]
-    for part in (changes.where(f"_seq.source_major <= {middle}"), changes.where(f"_seq.source_major > {middle}")):
+    for part in _halves(changes):
         apply_changes(spark, path, part, cfg.mirror.key_columns(table), "_seq", config=delta)
     assert DeltaGlue(delta, spark).sync(delta.mirror.namespace, table)
     return delta, path
@@ -367,14 +372,13 @@ def scd1_shapes(lake, spark) -> dict[str, PipelineConfig]:
     cfg, source, *_ = lake
     table = hard_table(source.prefix)
     changes = spark.table(quote(cfg.catalog.name, cfg.changelog.namespace, table))
-    middle = changes.selectExpr("percentile_approx(_seq.source_major, 0.5)").first()[0]
     shapes = {}
     for shape, how in SCD1_SHAPES.items():
         tag = "".join(word[0] for word in shape.split("-"))
         mirrored = _own_mirrors(cfg, tag, tables=[table], scd_type={}, write_mode="merge-on-read", **how)
         for namespace in (mirrored.mirror.namespace, mirrored.mirror.pending_namespace):
             create_namespace(spark, cfg.catalog.name, namespace)  # as the mirror stage does before its first run
-        for part in (changes.where(f"_seq.source_major <= {middle}"), changes.where(f"_seq.source_major > {middle}")):
+        for part in _halves(changes):
             apply_changes(spark, f"{cfg.catalog.name}.{mirrored.mirror.namespace}.{table}", part,
                           cfg.mirror.key_columns(table), "_seq", config=mirrored, **how)
         shapes[shape] = mirrored
