@@ -18,6 +18,7 @@ import pytest
 
 from pipeline.config.settings import CatalogSettings, PipelineConfig, load_config
 from tables.catalog import spark_catalog_conf
+from tables.names import quote
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,6 +166,10 @@ def spark(cfg: PipelineConfig, jars: Path) -> Iterator[SparkSession]:
     from pipeline.runtime.spark import get_spark
 
     session = get_spark(cfg)
+    # The default (JDBC) catalog's tables made once, here: the mirror's threads each open it in a session of their
+    # own, and on a SQLite file none had opened yet their concurrent schema upgrades collided ("duplicate column
+    # name: iceberg_type") when a Glue-mode module ran first in a fresh test home.
+    session.sql(f"SHOW NAMESPACES IN {quote(cfg.catalog.name)}").collect()
     yield session
     session.stop()
 
