@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import structlog
 
-from pipeline.runtime import class_data, cluster, jvm
+from pipeline.runtime import class_data, cluster, jvm, scratch
 from pipeline.config.redaction import java_replacements
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import spark_catalog_conf
@@ -186,6 +186,8 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
     started = time.perf_counter()
     submitted = _submitted_conf()
     master = conf.get("spark.master") or submitted.get("spark.master")
+    if cluster.is_local(master) and "spark.local.dir" not in {**submitted, **conf}:
+        conf["spark.local.dir"] = str(scratch.claim(cfg.home))
     if not cluster.is_local(master):
         cluster.check_before_start(cfg, master)
         conf.update(_daemon_path(cfg, submitted))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 
@@ -9,6 +10,7 @@ import boto3
 import pytest
 
 from pipeline.ops import smoke
+from pipeline.runtime import scratch
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
 from tables.catalog import load_pyiceberg_catalog, pyiceberg_properties, spark_catalog_conf
@@ -18,6 +20,13 @@ from tests.conftest import make_config
 pytestmark = pytest.mark.integration
 
 ROWS = [(1, "Ansel Adams", "American"), (2, "Berenice Abbott", "American"), (3, "Man Ray", None)]
+
+
+def test_a_local_session_keeps_its_scratch_under_the_home(spark, cfg: PipelineConfig) -> None:
+    """Not in /tmp, where a killed driver's blocks stayed for good: under the home, swept by the next session."""
+    folder = cfg.home.resolve() / scratch.FOLDER / str(os.getpid())
+    assert spark.sparkContext.getConf().get("spark.local.dir") == str(folder)
+    assert any(child.name.startswith("spark-") for child in folder.iterdir())  # Spark's own temporary folder
 
 
 def test_iceberg_written_by_spark_is_read_by_pyiceberg(spark, cfg: PipelineConfig) -> None:
