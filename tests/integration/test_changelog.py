@@ -82,6 +82,8 @@ class Landed:
     summary: Summary
     truth: TruthStore
     one_pass: int  # rows of the source's topics appended as they were read
+    subscription: str = ""  # the landing stage's topic pattern (every format's prefix) and its checkpoint
+    checkpoint: Path | None = None
 
 
 def _land(cfg: PipelineConfig, spark, folder: Path, formats: list[str]) -> dict[str, Landed]:
@@ -93,11 +95,12 @@ def _land(cfg: PipelineConfig, spark, folder: Path, formats: list[str]) -> dict[
         summary, truth = _simulate(cfg, folder, prefix, format=fmt, events=1200, snapshot_rows=40,
                                    duplicates=0.02, reorder=0.05, poison=0.02, evolve_at=600)
         landed[fmt] = Landed(cfg, prefix, summary, truth, 0)
-    stage = _stage(cfg, spark, f"({'|'.join(prefixes.values())})", folder / "checkpoint")
+    subscription, checkpoint = f"({'|'.join(prefixes.values())})", folder / "checkpoint"
+    stage = _stage(cfg, spark, subscription, checkpoint)
     stage.run(until_caught_up=True)
     one_pass = [(topic, rows) for report in stage.reports for topic, rows in report.one_pass.items()]
-    return {fmt: replace(source, one_pass=sum(n for t, n in one_pass if t.startswith(f"{source.prefix}.")))
-            for fmt, source in landed.items()}
+    return {fmt: replace(source, one_pass=sum(n for t, n in one_pass if t.startswith(f"{source.prefix}.")),
+                         subscription=subscription, checkpoint=checkpoint) for fmt, source in landed.items()}
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +140,10 @@ def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format
         assert {r["error_class"] for r in dead} <= {"WireFormatError", "UnknownSchemaId", "MalformedAvro"}
 
 
-def test_new_columns_appear_and_old_writers_decode_into_them(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    prefix = f"ev{uuid.uuid4().hex[:6]}"
-    _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=400, snapshot_rows=50, evolve_at=100)
-    _stage(cfg, spark, prefix, tmp_path / "checkpoint").run(until_caught_up=True)
-    table = f"{cfg.catalog.name}.changelog.{prefix}_employee"
+def test_new_columns_appear_and_old_writers_decode_into_them(landed_iceberg: dict[str, Landed], spark) -> None:
+    """On the module's landing: its Debezium source's tables gained a column half way (`evolve_at`)."""
+    source = landed_iceberg["debezium"]
+    table = f"{source.cfg.catalog.name}.changelog.{source.prefix}_employee"
     assert "email" in spark.table(table).columns
     versions = spark.sql(f"SELECT count(DISTINCT _schema_id) AS n, count(email) AS with_email FROM {table}").first()
     assert versions["n"] == 2 and versions["with_email"] > 0
@@ -411,14 +413,11 @@ def test_a_kafka_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: Pipel
         broker.down()
 
 
-def test_a_checkpoint_of_another_subscription_is_a_clear_error(stack, spark, cfg: PipelineConfig,
-                                                                tmp_path: Path) -> None:
-    prefix = f"cp{uuid.uuid4().hex[:6]}"
-    _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=60, snapshot_rows=20)
-    checkpoint = tmp_path / "checkpoint"
-    _stage(cfg, spark, prefix, checkpoint).run(until_caught_up=True)
-    _stage(cfg, spark, prefix, checkpoint).run(until_caught_up=True)  # the same configuration resumes
-    other = _stage(cfg, spark, f"{prefix}x", checkpoint)
+def test_a_checkpoint_of_another_subscription_is_a_clear_error(landed_iceberg: dict[str, Landed], spark) -> None:
+    """On the module's landing: its stage's configuration resumes from its checkpoint, another one is refused."""
+    source = landed_iceberg["debezium"]
+    _stage(source.cfg, spark, source.subscription, source.checkpoint).run(until_caught_up=True)  # the same resumes
+    other = _stage(source.cfg, spark, f"{source.subscription}x", source.checkpoint)
     with pytest.raises(StageError, match=r"belongs to a changelog stage with .*give this configuration its own "
                                          r"changelog.checkpoint"):
         other.run(until_caught_up=True)
