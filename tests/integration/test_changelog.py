@@ -347,37 +347,28 @@ class _Proxy:
             sink.close()
 
 
-def test_a_registry_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    from simulators.transport import KafkaTransport as Transport
+@dataclass(frozen=True)
+class Outages:
+    """One stage process through a registry outage and then a Kafka outage: its log lines, its exit code after
+    SIGTERM, the registry proxy's and the broker's addresses, and what was sent before, between and after."""
 
-    proxy = _Proxy(cfg.stack.registry_port)
-    run = f"ot{uuid.uuid4().hex[:6]}"
-    first, later = f"{run}a", f"{run}b"
-    Transport(cfg.kafka).prepare([f"{later}.public.employee"])  # subscribed from the start
-    _, truth_first = _simulate(cfg, tmp_path, first, format="debezium", tables="employees", events=200, snapshot_rows=30)
-    stage = _StageProcess(f"{run}[ab]", tmp_path / "checkpoint",
-                          settings=[f"registry.url=http://127.0.0.1:{proxy.port}"])
-    stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
-    proxy.close()
-    _, truth_later = _simulate(cfg, tmp_path, later, format="debezium", tables="employees", events=150, snapshot_rows=30)
-    stage.wait_for(lambda: any("changelog.outage" in line and "service=registry" in line
-                               and f"127.0.0.1:{proxy.port}" in line for line in stage.lines))
-    proxy.open()
-    # Wait for the rows, not for a progress line: Spark 4.1's Kafka source can fail while reporting the metrics of
-    # a batch that has committed (a known NullPointerException), and the restarted query has no batch to log.
-    stage.wait_for(lambda: len(_landed(spark, cfg, later, "debezium")) >= truth_later.count())
-    stage.proc.send_signal(signal.SIGTERM)
-    assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
-    for prefix, truth in ((first, truth_first), (later, truth_later)):
-        expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
-        assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)  # nothing lost, nothing twice
+    lines: list[str]
+    exit_code: int
+    registry: str
+    kafka: str
+    sources: dict[str, TruthStore]  # by prefix: before the outages, during the registry's, during Kafka's
 
 
-def test_a_kafka_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    """Clients reconnect to a broker's advertised address, so no proxy can take Kafka away: this test stops and
-    restarts a broker of its own, on the same port and data folder."""
+@pytest.fixture(scope="module")
+def outages(stack, spark, cfg: PipelineConfig, tmp_path_factory) -> Outages:
+    """Clients reconnect to a broker's advertised address, so no proxy can take Kafka away: the stage reads a
+    broker of this fixture's own, stopped and restarted on the same port and data folder, and the stack's registry
+    through a proxy that is closed and opened again. One stage process lives through both outages (a JVM less than
+    one each); each test below asserts its own."""
     from pipeline.stack import Stack
 
+    tmp_path = tmp_path_factory.mktemp("outages")
+    proxy = _Proxy(cfg.stack.registry_port)
     own = make_config(f"home={tmp_path / 'own'}", f"stack.kafka_port={free_port()}",
                       f"stack.kafka_controller_port={free_port()}")
     broker = Stack(own, only=["kafka"])
@@ -385,32 +376,70 @@ def test_a_kafka_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: Pipel
     stage = None
     broker.up()
     try:
-        run = f"ko{uuid.uuid4().hex[:6]}"
-        first, later = f"{run}a", f"{run}b"
-        KafkaTransport(own.kafka).prepare([f"{later}.public.employee"])  # subscribed from the start
-        _, truth_first = _simulate(own, tmp_path, first, format="debezium", tables="employees", events=200,
-                                   snapshot_rows=30)
-        stage = _StageProcess(f"{run}[ab]", tmp_path / "checkpoint",
-                              settings=[f"kafka.bootstrap_servers={kafka.address}", "changelog.stall_probe_s=5"])
+        run = f"ot{uuid.uuid4().hex[:6]}"
+        first, during_registry, during_kafka = f"{run}a", f"{run}b", f"{run}c"
+        KafkaTransport(own.kafka).prepare([f"{p}.public.employee" for p in (during_registry, during_kafka)])
+        sources = {first: _simulate(own, tmp_path, first, format="debezium", tables="employees", events=200,
+                                    snapshot_rows=30)[1]}
+        stage = _StageProcess(f"{run}[abc]", tmp_path / "checkpoint",
+                              settings=[f"kafka.bootstrap_servers={kafka.address}",
+                                        f"registry.url=http://127.0.0.1:{proxy.port}", "changelog.stall_probe_s=5"])
         stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
+
+        proxy.close()
+        sources[during_registry] = _simulate(own, tmp_path, during_registry, format="debezium", tables="employees",
+                                             events=150, snapshot_rows=30)[1]
+        stage.wait_for(lambda: any("changelog.outage" in line and "service=registry" in line
+                                   and f"127.0.0.1:{proxy.port}" in line for line in stage.lines))
+        proxy.open()
+        # Wait for the rows, not for a progress line: Spark 4.1's Kafka source can fail while reporting the metrics
+        # of a batch that has committed (a known NullPointerException), and the restarted query has no batch to log.
+        stage.wait_for(lambda: len(_landed(spark, cfg, during_registry, "debezium"))
+                       >= sources[during_registry].count())
+
         kafka.process.stop()
         # Spark's Kafka source hangs for about three minutes before its query fails; the outage is named sooner.
         stage.wait_for(lambda: any("changelog.outage" in line and "service=kafka" in line
                                    and kafka.address in line for line in stage.lines), timeout_s=120)
         broker.up()  # the same port and data folder
-        _, truth_later = _simulate(own, tmp_path, later, format="debezium", tables="employees", events=150,
-                                   snapshot_rows=30)
-        stage.wait_for(lambda: len(_landed(spark, cfg, later, "debezium")) >= truth_later.count())
+        sources[during_kafka] = _simulate(own, tmp_path, during_kafka, format="debezium", tables="employees",
+                                          events=150, snapshot_rows=30)[1]
+        stage.wait_for(lambda: len(_landed(spark, cfg, during_kafka, "debezium")) >= sources[during_kafka].count())
         stage.proc.send_signal(signal.SIGTERM)
-        assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
-        assert any("changelog.recovered" in line for line in stage.lines)
-        for prefix, truth in ((first, truth_first), (later, truth_later)):
-            expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
-            assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)  # nothing lost, nothing twice
+        code = stage.proc.wait(timeout=120)
+        return Outages(list(stage.lines), code, f"127.0.0.1:{proxy.port}", kafka.address, sources)
     finally:
         if stage is not None and stage.proc.poll() is None:
             stage.kill()
         broker.down()
+        proxy.close()
+
+
+def _outage(outages: Outages, service: str, address: str) -> int:
+    """The index of the first log line naming `service` at `address` as down."""
+    named = [i for i, line in enumerate(outages.lines)
+             if "changelog.outage" in line and f"service={service}" in line and address in line]
+    assert named, "".join(outages.lines[-30:])
+    return named[0]
+
+
+def _nothing_lost_nothing_twice(outages: Outages, spark, cfg: PipelineConfig, prefixes: list[str]) -> None:
+    for prefix in prefixes:
+        expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in outages.sources[prefix].changes()]
+        assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected), prefix
+
+
+def test_a_registry_outage_mid_run_is_named_and_waited_out(outages: Outages, spark, cfg: PipelineConfig) -> None:
+    assert outages.exit_code == 0, "".join(outages.lines[-30:])
+    _outage(outages, "registry", outages.registry)
+    _nothing_lost_nothing_twice(outages, spark, cfg, list(outages.sources)[:2])  # before it, and sent during it
+
+
+def test_a_kafka_outage_mid_run_is_named_and_waited_out(outages: Outages, spark, cfg: PipelineConfig) -> None:
+    assert outages.exit_code == 0, "".join(outages.lines[-30:])
+    named = _outage(outages, "kafka", outages.kafka)
+    assert any("changelog.recovered" in line for line in outages.lines[named:])  # from this outage
+    _nothing_lost_nothing_twice(outages, spark, cfg, list(outages.sources)[1:])  # before it, and sent after it
 
 
 def test_a_checkpoint_of_another_subscription_is_a_clear_error(landed_iceberg: dict[str, Landed], spark) -> None:
