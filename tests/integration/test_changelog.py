@@ -82,6 +82,8 @@ class Landed:
     summary: Summary
     truth: TruthStore
     one_pass: int  # rows of the source's topics appended as they were read
+    subscription: str = ""  # the landing stage's topic pattern (every format's prefix) and its checkpoint
+    checkpoint: Path | None = None
 
 
 def _land(cfg: PipelineConfig, spark, folder: Path, formats: list[str]) -> dict[str, Landed]:
@@ -93,11 +95,12 @@ def _land(cfg: PipelineConfig, spark, folder: Path, formats: list[str]) -> dict[
         summary, truth = _simulate(cfg, folder, prefix, format=fmt, events=1200, snapshot_rows=40,
                                    duplicates=0.02, reorder=0.05, poison=0.02, evolve_at=600)
         landed[fmt] = Landed(cfg, prefix, summary, truth, 0)
-    stage = _stage(cfg, spark, f"({'|'.join(prefixes.values())})", folder / "checkpoint")
+    subscription, checkpoint = f"({'|'.join(prefixes.values())})", folder / "checkpoint"
+    stage = _stage(cfg, spark, subscription, checkpoint)
     stage.run(until_caught_up=True)
     one_pass = [(topic, rows) for report in stage.reports for topic, rows in report.one_pass.items()]
-    return {fmt: replace(source, one_pass=sum(n for t, n in one_pass if t.startswith(f"{source.prefix}.")))
-            for fmt, source in landed.items()}
+    return {fmt: replace(source, one_pass=sum(n for t, n in one_pass if t.startswith(f"{source.prefix}.")),
+                         subscription=subscription, checkpoint=checkpoint) for fmt, source in landed.items()}
 
 
 @pytest.fixture(scope="module")
@@ -137,11 +140,10 @@ def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format
         assert {r["error_class"] for r in dead} <= {"WireFormatError", "UnknownSchemaId", "MalformedAvro"}
 
 
-def test_new_columns_appear_and_old_writers_decode_into_them(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    prefix = f"ev{uuid.uuid4().hex[:6]}"
-    _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=400, snapshot_rows=50, evolve_at=100)
-    _stage(cfg, spark, prefix, tmp_path / "checkpoint").run(until_caught_up=True)
-    table = f"{cfg.catalog.name}.changelog.{prefix}_employee"
+def test_new_columns_appear_and_old_writers_decode_into_them(landed_iceberg: dict[str, Landed], spark) -> None:
+    """On the module's landing: its Debezium source's tables gained a column half way (`evolve_at`)."""
+    source = landed_iceberg["debezium"]
+    table = f"{source.cfg.catalog.name}.changelog.{source.prefix}_employee"
     assert "email" in spark.table(table).columns
     versions = spark.sql(f"SELECT count(DISTINCT _schema_id) AS n, count(email) AS with_email FROM {table}").first()
     assert versions["n"] == 2 and versions["with_email"] > 0
@@ -345,37 +347,28 @@ class _Proxy:
             sink.close()
 
 
-def test_a_registry_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    from simulators.transport import KafkaTransport as Transport
+@dataclass(frozen=True)
+class Outages:
+    """One stage process through a registry outage and then a Kafka outage: its log lines, its exit code after
+    SIGTERM, the registry proxy's and the broker's addresses, and what was sent before, between and after."""
 
-    proxy = _Proxy(cfg.stack.registry_port)
-    run = f"ot{uuid.uuid4().hex[:6]}"
-    first, later = f"{run}a", f"{run}b"
-    Transport(cfg.kafka).prepare([f"{later}.public.employee"])  # subscribed from the start
-    _, truth_first = _simulate(cfg, tmp_path, first, format="debezium", tables="employees", events=200, snapshot_rows=30)
-    stage = _StageProcess(f"{run}[ab]", tmp_path / "checkpoint",
-                          settings=[f"registry.url=http://127.0.0.1:{proxy.port}"])
-    stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
-    proxy.close()
-    _, truth_later = _simulate(cfg, tmp_path, later, format="debezium", tables="employees", events=150, snapshot_rows=30)
-    stage.wait_for(lambda: any("changelog.outage" in line and "service=registry" in line
-                               and f"127.0.0.1:{proxy.port}" in line for line in stage.lines))
-    proxy.open()
-    # Wait for the rows, not for a progress line: Spark 4.1's Kafka source can fail while reporting the metrics of
-    # a batch that has committed (a known NullPointerException), and the restarted query has no batch to log.
-    stage.wait_for(lambda: len(_landed(spark, cfg, later, "debezium")) >= truth_later.count())
-    stage.proc.send_signal(signal.SIGTERM)
-    assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
-    for prefix, truth in ((first, truth_first), (later, truth_later)):
-        expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
-        assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)  # nothing lost, nothing twice
+    lines: list[str]
+    exit_code: int
+    registry: str
+    kafka: str
+    sources: dict[str, TruthStore]  # by prefix: before the outages, during the registry's, during Kafka's
 
 
-def test_a_kafka_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
-    """Clients reconnect to a broker's advertised address, so no proxy can take Kafka away: this test stops and
-    restarts a broker of its own, on the same port and data folder."""
+@pytest.fixture(scope="module")
+def outages(stack, spark, cfg: PipelineConfig, tmp_path_factory) -> Outages:
+    """Clients reconnect to a broker's advertised address, so no proxy can take Kafka away: the stage reads a
+    broker of this fixture's own, stopped and restarted on the same port and data folder, and the stack's registry
+    through a proxy that is closed and opened again. One stage process lives through both outages (a JVM less than
+    one each); each test below asserts its own."""
     from pipeline.stack import Stack
 
+    tmp_path = tmp_path_factory.mktemp("outages")
+    proxy = _Proxy(cfg.stack.registry_port)
     own = make_config(f"home={tmp_path / 'own'}", f"stack.kafka_port={free_port()}",
                       f"stack.kafka_controller_port={free_port()}")
     broker = Stack(own, only=["kafka"])
@@ -383,42 +376,77 @@ def test_a_kafka_outage_mid_run_is_named_and_waited_out(stack, spark, cfg: Pipel
     stage = None
     broker.up()
     try:
-        run = f"ko{uuid.uuid4().hex[:6]}"
-        first, later = f"{run}a", f"{run}b"
-        KafkaTransport(own.kafka).prepare([f"{later}.public.employee"])  # subscribed from the start
-        _, truth_first = _simulate(own, tmp_path, first, format="debezium", tables="employees", events=200,
-                                   snapshot_rows=30)
-        stage = _StageProcess(f"{run}[ab]", tmp_path / "checkpoint",
-                              settings=[f"kafka.bootstrap_servers={kafka.address}", "changelog.stall_probe_s=5"])
+        run = f"ot{uuid.uuid4().hex[:6]}"
+        first, during_registry, during_kafka = f"{run}a", f"{run}b", f"{run}c"
+        KafkaTransport(own.kafka).prepare([f"{p}.public.employee" for p in (during_registry, during_kafka)])
+        sources = {first: _simulate(own, tmp_path, first, format="debezium", tables="employees", events=200,
+                                    snapshot_rows=30)[1]}
+        stage = _StageProcess(f"{run}[abc]", tmp_path / "checkpoint",
+                              settings=[f"kafka.bootstrap_servers={kafka.address}",
+                                        f"registry.url=http://127.0.0.1:{proxy.port}", "changelog.stall_probe_s=5"])
         stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
+
+        proxy.close()
+        sources[during_registry] = _simulate(own, tmp_path, during_registry, format="debezium", tables="employees",
+                                             events=150, snapshot_rows=30)[1]
+        stage.wait_for(lambda: any("changelog.outage" in line and "service=registry" in line
+                                   and f"127.0.0.1:{proxy.port}" in line for line in stage.lines))
+        proxy.open()
+        # Wait for the rows, not for a progress line: Spark 4.1's Kafka source can fail while reporting the metrics
+        # of a batch that has committed (a known NullPointerException), and the restarted query has no batch to log.
+        stage.wait_for(lambda: len(_landed(spark, cfg, during_registry, "debezium"))
+                       >= sources[during_registry].count())
+
         kafka.process.stop()
         # Spark's Kafka source hangs for about three minutes before its query fails; the outage is named sooner.
         stage.wait_for(lambda: any("changelog.outage" in line and "service=kafka" in line
                                    and kafka.address in line for line in stage.lines), timeout_s=120)
         broker.up()  # the same port and data folder
-        _, truth_later = _simulate(own, tmp_path, later, format="debezium", tables="employees", events=150,
-                                   snapshot_rows=30)
-        stage.wait_for(lambda: len(_landed(spark, cfg, later, "debezium")) >= truth_later.count())
+        sources[during_kafka] = _simulate(own, tmp_path, during_kafka, format="debezium", tables="employees",
+                                          events=150, snapshot_rows=30)[1]
+        stage.wait_for(lambda: len(_landed(spark, cfg, during_kafka, "debezium")) >= sources[during_kafka].count())
         stage.proc.send_signal(signal.SIGTERM)
-        assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
-        assert any("changelog.recovered" in line for line in stage.lines)
-        for prefix, truth in ((first, truth_first), (later, truth_later)):
-            expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in truth.changes()]
-            assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected)  # nothing lost, nothing twice
+        code = stage.proc.wait(timeout=120)
+        return Outages(list(stage.lines), code, f"127.0.0.1:{proxy.port}", kafka.address, sources)
     finally:
         if stage is not None and stage.proc.poll() is None:
             stage.kill()
         broker.down()
+        proxy.close()
 
 
-def test_a_checkpoint_of_another_subscription_is_a_clear_error(stack, spark, cfg: PipelineConfig,
-                                                                tmp_path: Path) -> None:
-    prefix = f"cp{uuid.uuid4().hex[:6]}"
-    _simulate(cfg, tmp_path, prefix, format="debezium", tables="employees", events=60, snapshot_rows=20)
-    checkpoint = tmp_path / "checkpoint"
-    _stage(cfg, spark, prefix, checkpoint).run(until_caught_up=True)
-    _stage(cfg, spark, prefix, checkpoint).run(until_caught_up=True)  # the same configuration resumes
-    other = _stage(cfg, spark, f"{prefix}x", checkpoint)
+def _outage(outages: Outages, service: str, address: str) -> int:
+    """The index of the first log line naming `service` at `address` as down."""
+    named = [i for i, line in enumerate(outages.lines)
+             if "changelog.outage" in line and f"service={service}" in line and address in line]
+    assert named, "".join(outages.lines[-30:])
+    return named[0]
+
+
+def _nothing_lost_nothing_twice(outages: Outages, spark, cfg: PipelineConfig, prefixes: list[str]) -> None:
+    for prefix in prefixes:
+        expected = [(c.table.split(".")[-1], c.key, c.op, c.lsn) for c in outages.sources[prefix].changes()]
+        assert sorted(_landed(spark, cfg, prefix, "debezium")) == sorted(expected), prefix
+
+
+def test_a_registry_outage_mid_run_is_named_and_waited_out(outages: Outages, spark, cfg: PipelineConfig) -> None:
+    assert outages.exit_code == 0, "".join(outages.lines[-30:])
+    _outage(outages, "registry", outages.registry)
+    _nothing_lost_nothing_twice(outages, spark, cfg, list(outages.sources)[:2])  # before it, and sent during it
+
+
+def test_a_kafka_outage_mid_run_is_named_and_waited_out(outages: Outages, spark, cfg: PipelineConfig) -> None:
+    assert outages.exit_code == 0, "".join(outages.lines[-30:])
+    named = _outage(outages, "kafka", outages.kafka)
+    assert any("changelog.recovered" in line for line in outages.lines[named:])  # from this outage
+    _nothing_lost_nothing_twice(outages, spark, cfg, list(outages.sources)[1:])  # before it, and sent after it
+
+
+def test_a_checkpoint_of_another_subscription_is_a_clear_error(landed_iceberg: dict[str, Landed], spark) -> None:
+    """On the module's landing: its stage's configuration resumes from its checkpoint, another one is refused."""
+    source = landed_iceberg["debezium"]
+    _stage(source.cfg, spark, source.subscription, source.checkpoint).run(until_caught_up=True)  # the same resumes
+    other = _stage(source.cfg, spark, f"{source.subscription}x", source.checkpoint)
     with pytest.raises(StageError, match=r"belongs to a changelog stage with .*give this configuration its own "
                                          r"changelog.checkpoint"):
         other.run(until_caught_up=True)
