@@ -12,7 +12,9 @@
    executors) is printed beside it. The ratio is of each side's best round. With `--batches N` the topic is
    read in N batches (`changelog.max_offsets_per_trigger`) and the figure leaves the first out, the one that
    starts every JVM's compiling (the cluster has three, each compiling the stage's path for itself, and its
-   executors still compile in the batches after it: docs/benchmarks.md, the cluster).
+   executors still compile in the batches after it: docs/benchmarks.md, the cluster). With `--warmup-events W`
+   the topic holds W more events first, read in batches of the same size and left out too: the measured events
+   are those of a stream that has run a while, as bench/changelog.py's closing round is.
 3. Beside each submission's figure, the CPU-seconds its processes and the stack's used, from `/proc`
    (`bench/cpu.py`'s `Sampler`): the driver (local[2]'s tasks run there), the executors (the workers' children),
    the cluster's daemons and the services, a JVM's JIT compiler, GC and Spark task threads apart; for the batches
@@ -24,7 +26,8 @@
 
 Needs the stack with the cluster, on ports of its own, e.g.:
   python -m pipeline --set home=/tmp/benchcl --set stack.kafka_port=39092 ... stack up --with spark-cluster
-Usage: bench/cluster.py [--events 1000000] [--rounds 2] [--batches 1] [--kinesis-events 20000]
+Usage: bench/cluster.py [--events 1000000] [--rounds 2] [--batches 1] [--warmup-events 0]
+       [--kinesis-events 20000]
        [--set k=v ...] (the stack's settings)
 Ends with: `cluster: <x>x local[2], shards on <n> executors`.
 """
@@ -152,14 +155,20 @@ def stage_line(built: package.Package, master: str, settings: list[str], side: s
 
 
 def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,
-               events: int, rounds: int, batches: int) -> tuple[dict[str, float], dict[str, float]]:
+               events: int, rounds: int, batches: int, warmup: int) -> tuple[dict[str, float], dict[str, float]]:
     """Each side's best rate in events/s over `rounds` submissions, the order alternating, and its least CPU
-    seconds per million events in the batches counted (every process: stage, executors, cluster, services)."""
+    seconds per million events in the batches counted (every process: stage, executors, cluster, services).
+
+    With `warmup` events, the topic holds them before the `events` measured, read in batches of the same size
+    (at least `warmup`, rounded up to whole batches) that the figure leaves out: the measured batches are those
+    of a running stream whose JVMs have compiled its path, as bench/changelog.py's closing round is."""
+    per_batch = -(-events // batches)
+    warmup_batches = -(-warmup // per_batch)
     pool = simulate_pool(cfg, f"{run}k", min(POOL, events))
     topic = pool[0].topic
-    produce(cfg, topic, pool, events)
+    produce(cfg, topic, pool, warmup_batches * per_batch + events)
     pattern = [f"changelog.topic_pattern={re.escape(topic)}",
-               *([f"changelog.max_offsets_per_trigger={-(-events // batches)}"] if batches > 1 else [])]
+               *([f"changelog.max_offsets_per_trigger={per_batch}"] if batches > 1 or warmup_batches else [])]
     sides = [("local[2]", "local[2]"), ("cluster", master_url(cfg))]
     best = {side: 0.0 for side, _ in sides}
     cpu: dict[str, float] = {}
@@ -168,7 +177,7 @@ def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str],
             tag = f"{run}_{side.replace('[', '').replace(']', '')}_{round_}"
             submitted = Submitted(cfg, stage_line(built, master, [*settings, *pattern], tag, root),
                                   "--until-caught-up")
-            skip = 1 if batches > 1 else 0
+            skip = warmup_batches or (1 if batches > 1 else 0)
             rows, seconds = submitted.batch_seconds(skip)
             counted = submitted.batches_cpu(skip)
             best[side] = max(best[side], rows / seconds)
@@ -205,6 +214,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=1, help="read the topic in this many batches; the "
                         "figure is then of all but the first")
+    parser.add_argument("--warmup-events", type=int, default=0, help="events read first in the same stream "
+                        "and left out of the figure (whole batches of the measured batches' size)")
     parser.add_argument("--kinesis-events", type=int, default=20_000)
     parser.add_argument("--bucket", default="bench-cluster")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -216,7 +227,8 @@ def main() -> None:
     built = package.build(cfg.jars_dir, cfg.home / "bench-cluster-package")
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min average, {os.cpu_count()} CPUs)", flush=True)
 
-    rates, cpu = kafka_case(cfg, built, settings, root, run, args.events, args.rounds, args.batches)
+    rates, cpu = kafka_case(cfg, built, settings, root, run, args.events, args.rounds, args.batches,
+                           args.warmup_events)
     ratio = rates["cluster"] / rates["local[2]"]
     print(f"best rounds: cluster {rates['cluster']:,.0f}, local[2] {rates['local[2]']:,.0f} events/s: {ratio:.2f}x",
           flush=True)
