@@ -26,7 +26,7 @@ BATCH_STARTED = "pipeline.batch-started"  # epoch ms: with the commit time, how 
 ANCESTRY_LOOKUP = 32  # snapshots walked back for a writer's own commit before looking in all of them
 SOURCE_PROPERTY = "pipeline.source"  # table property: the source table `<db>.<schema>.<table>` the table holds
 CREATED = {"write.spark.accept-any-schema": "true", "format-version": "2"}  # the properties every new table gets
-TASKS_PER_CORE = 2  # a many-table append's job: tasks per core of the session
+TASKS_PER_CORE = 2  # a many-table append's job: tasks per unit of the session's default parallelism
 
 
 Created = Callable[[], Mapping[str, str]]  # the table properties a new table records (`SOURCE_PROPERTY`, its key)
@@ -180,7 +180,7 @@ class ManyTablesAppender:
 
     def append(self, staged: Sequence[Staged], writer_id: str, batch_id: int, stamps: Mapping[str, int],
                properties: Mapping[str, str] | None = None, threads: int = 4) -> list[Appended]:
-        """Writes the staged tables' rows in one Spark job (about two tasks a core) and commits each table with
+        """Writes the staged tables' rows in one Spark job (`TASKS_PER_CORE` tasks) and commits each table with
         `properties` and the commit tag, `threads` at a time; `stamps` (column -> a long: micros for a time) fill
         the rows' placeholders. In `staged`'s order."""
         written = [part for part in staged if not part.skipped]
