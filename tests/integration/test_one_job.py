@@ -25,6 +25,7 @@ from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from tables.append import COMMIT_PROPERTY, iceberg_table
+from tables.keys import stored_keys
 from tables.lake import table_names
 from tables.names import quote
 
@@ -149,3 +150,26 @@ def test_a_batch_some_of_whose_tables_were_committed_lands_the_rest_once(cfg, sp
     assert not set(replayed.tables) & set(first.tables)
     for name in _landed_tables(spark, own_cfg):
         assert _contents(spark, config, name)["rows"] == _contents(spark, own_cfg, name)["rows"], name
+
+
+def test_a_table_whose_columns_the_batch_changes_lands_by_a_write_of_its_own(cfg, spark, ranges) -> None:
+    """A table that lacks a column the batch brings is not the one job's: a write of its own adds the column."""
+    config = _config(cfg, one_job=True)
+    _land(config, spark, ranges[:2])
+    changed, kept = [name for name in _landed_tables(spark, config) if name != config.changelog.dead_letter_table]
+    table = iceberg_table(spark, f"{config.catalog.name}.{config.changelog.namespace}.{changed}")
+    keys = stored_keys(dict(table.properties()))
+    column = next(f.name for f in spark.table(_table(config, changed)).schema.fields
+                  if not f.name.startswith("_") and f.name not in keys)
+    spark.sql(f"ALTER TABLE {_table(config, changed)} DROP COLUMN {quote(column)}")
+    report = BatchReport(BATCH + 1, writer="q")
+    landing = Landing(config, spark)
+    headers = Framing.of(config.registry.wire_format).reads_headers
+    landing.land_topics([(r.topic, r.read(spark, config.kafka, headers)) for r in ranges[:2]], report,
+                        quiet={r.topic for r in ranges[:2]})
+    assert column in spark.table(_table(config, changed)).columns
+    for name, own_write in ((changed, True), (kept, False)):
+        [summary] = [s.summary() for s in iceberg_table(spark, f"{config.catalog.name}."
+                                                              f"{config.changelog.namespace}.{name}").snapshots()
+                     if s.summary().get(COMMIT_PROPERTY) == f"q:{BATCH + 1}"]
+        assert (summary.get("spark.app.id") is not None) == own_write, name

@@ -75,8 +75,8 @@ object ManyTables {
         Iterator(i -> write(shipped.value(i), rows, stamped, part)))
     }
     val union = context.union(parts)
-    val written = union.coalesce(math.max(1, math.min(tasks, union.getNumPartitions))).collect()
-    shipped.destroy()
+    val written = try union.coalesce(math.max(1, math.min(tasks, union.getNumPartitions))).collect()
+                  finally shipped.destroy()
     val files = written.groupMap(_._1)(_._2).view.mapValues(_.flatten.toSeq).toMap
     val pool = Executors.newFixedThreadPool(math.max(1, math.min(threads, tables.size)))
     try {
