@@ -137,7 +137,8 @@ object ManyTables {
       rows.foreach { row =>
         val target = if (stamps.isEmpty || row.isInstanceOf[UnsafeRow]) row else row.copy()
         stamps.foreach { case (ordinal, value) => target.setLong(ordinal, value) }
-        val key = day.flatMap(i => if (target.isNullAt(i)) None else Some(Math.floorDiv(target.getLong(i), MicrosPerDay).toInt))
+        val key = day.flatMap(i =>
+          if (target.isNullAt(i)) None else Some(Math.floorDiv(target.getLong(i), MicrosPerDay).toInt))
         writer(key).write(target)
       }
     } finally writers.values.foreach(_.close())
