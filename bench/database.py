@@ -93,6 +93,8 @@ PROBED: list[tuple[Any, str, str]] = [
     (landing_module.Landing, "_topic", "topic: plan + append (all)"),
     (landing_module.Landing, "_created", "new table properties"),
     (append_module.IcebergAppender, "append", "append: whole call"),
+    (append_module.ManyTablesAppender, "stage", "one job: stage a table (check, create, plan)"),
+    (append_module.ManyTablesAppender, "append", "one job: write and commit the staged tables"),
     (append_module, "_loaded", "append: load the table (or none)"),
     (append_module.IcebergAppender, "_committed", "append: idempotence lookup"),
     (landing_module, "stamped", "plan: batch stamp"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 from tables import delta_log
 from tables.names import property_list, quote, sql_string
@@ -25,6 +25,8 @@ COMMIT_PROPERTY = "pipeline.commit"
 BATCH_STARTED = "pipeline.batch-started"  # epoch ms: with the commit time, how long the batch took
 ANCESTRY_LOOKUP = 32  # snapshots walked back for a writer's own commit before looking in all of them
 SOURCE_PROPERTY = "pipeline.source"  # table property: the source table `<db>.<schema>.<table>` the table holds
+CREATED = {"write.spark.accept-any-schema": "true", "format-version": "2"}  # the properties every new table gets
+TASKS_PER_CORE = 2  # a many-table append's job: tasks per unit of the session's default parallelism
 
 
 Created = Callable[[], Mapping[str, str]]  # the table properties a new table records (`SOURCE_PROPERTY`, its key)
@@ -79,9 +81,8 @@ class IcebergAppender:
         if exists:
             writer.append()
         else:
-            create = (writer.using("iceberg").tableProperty("write.spark.accept-any-schema", "true")
-                      .tableProperty("format-version", "2"))
-            for key, value in (created() if created is not None else {}).items():
+            create = writer.using("iceberg")
+            for key, value in {**CREATED, **(created() if created is not None else {})}.items():
                 create = create.tableProperty(key, value)
             if partition_by_source_time:
                 create = create.partitionedBy(partitioning.days("_source_ts"))
@@ -121,6 +122,91 @@ class IcebergAppender:
         tag = sql_string(f"{writer_id}:{batch_id}")
         return bool(self.spark.sql(f"SELECT 1 FROM {table}.snapshots "
                                    f"WHERE summary['{COMMIT_PROPERTY}'] = {tag} LIMIT 1").collect())
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One table's part of a many-table append (`ManyTablesAppender.stage`): its rows in the table's column order
+    and types, planned, and its Iceberg table; or, `skipped`, a table that holds the batch already."""
+
+    name: str
+    rows: DataFrame | None
+    table: Any  # a py4j org.apache.iceberg.Table
+    skipped: bool = False
+
+
+class ManyTablesAppender:
+    """Idempotent appends of many small tables in one Spark job (jvm/cdc `cdc.spark.ManyTables`), each table
+    committed through Iceberg's Java API with the same snapshot properties `IcebergAppender` gives a commit.
+
+    Why: a batch of a whole database is mostly quiet tables, and a write through Spark's DataFrameWriterV2 costs a
+    table its own job and commit, about a second of driver and Spark work (docs/benchmarks.md). `stage` does a
+    table's driver work (the idempotence check, creating it, planning its rows), safe to call from several
+    threads; `append` writes and commits the staged tables together. A table that holds the batch is skipped, as
+    `IcebergAppender.append` skips it; a new table is created through the Spark catalog call a create-as-select
+    makes, with the same properties, partitioning and format version. `stage` refuses (None) a table whose columns
+    the rows would change, or whose partitioning the job does not write: those land through `IcebergAppender`."""
+
+    def __init__(self, appender: IcebergAppender) -> None:
+        self.appender = appender
+        self.spark = appender.spark
+
+    def stage(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
+              partition_by_source_time: bool = True, created: Created | None = None) -> Staged | None:
+        """`rows` hold placeholders (typed nulls) for the columns `append`'s stamps fill."""
+        namespace = self.appender.namespace
+        table = quote(*namespace.split("."), name)
+        loaded = _loaded(self.spark, table)
+        if loaded is not None and self.appender._committed(table, loaded, writer_id, batch_id):  # noqa: SLF001
+            return Staged(f"{namespace}.{name}", None, loaded, skipped=True)
+        many = self.spark._jvm.cdc.spark.ManyTables  # type: ignore[attr-defined]
+        if loaded is None:
+            try:
+                session = self.spark._jsparkSession  # type: ignore[attr-defined]
+                loaded = many.create(session, table, _nullable(rows.schema).json(),
+                                     "_source_ts" if partition_by_source_time else None,
+                                     {**CREATED, **(created() if created is not None else {})})
+            except Exception:
+                if _loaded(self.spark, table) is None:
+                    raise
+                # another writer created it meanwhile: stage an append to it (or skip, if it holds the batch)
+                return self.stage(rows, name, writer_id, batch_id, partition_by_source_time, created)
+        columns = _spark_schema(self.spark, loaded)
+        ordered = _in_table_order(rows, columns)
+        if not many.writable(loaded) or _nullable(ordered.schema) != _nullable(columns):
+            return None  # new columns or types, or a partitioning the job does not write
+        ordered._jdf.queryExecution().toRdd()  # planned here, in the caller's thread, not one after another later
+        return Staged(f"{namespace}.{name}", ordered, loaded)
+
+    def append(self, staged: Sequence[Staged], writer_id: str, batch_id: int, stamps: Mapping[str, int],
+               properties: Mapping[str, str] | None = None, threads: int = 4) -> list[Appended]:
+        """Writes the staged tables' rows in one Spark job (`TASKS_PER_CORE` tasks) and commits each table with
+        `properties` and the commit tag, `threads` at a time; `stamps` (column -> a long: micros for a time) fill
+        the rows' placeholders. In `staged`'s order."""
+        written = [part for part in staged if not part.skipped]
+        rows: list[int] = []
+        if written:
+            frames = [part.rows._jdf for part in written]  # type: ignore[union-attr]
+            tables = [part.table for part in written]
+            tasks = TASKS_PER_CORE * self.spark.sparkContext.defaultParallelism
+            rows = list(self.spark._jvm.cdc.spark.ManyTables.append(  # type: ignore[attr-defined]
+                frames, tables, dict(stamps), {**(properties or {}), COMMIT_PROPERTY: f"{writer_id}:{batch_id}"},
+                tasks, threads))
+        counts = iter(rows)
+        return [Appended(part.name, 0 if part.skipped else int(next(counts)), part.skipped) for part in staged]
+
+
+def _nullable(schema: StructType) -> StructType:
+    """The schema with every field, element and value nullable, as a create-as-select makes its table's columns."""
+    from pyspark.sql.types import StructType
+
+    def loose(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {key: True if key in ("nullable", "containsNull", "valueContainsNull") else loose(value)
+                    for key, value in node.items() if key != "metadata"}
+        return [loose(item) for item in node] if isinstance(node, list) else node
+
+    return StructType.fromJson(loose(schema.jsonValue()))
 
 
 def _loaded(spark: SparkSession, ref: str):  # type: ignore[no-untyped-def]  # an org.apache.iceberg.Table or None

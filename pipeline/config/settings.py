@@ -296,6 +296,9 @@ class ChangelogSettings(_Section):
                                 "with the pipeline's own Spark function (jvm/cdc, cdc/native.py) where the session "
                                 "has it and the types are ones it reads; "
                                 "off: always from_avro and column expressions")
+    one_job_topics: bool = Field(True, description="land a Kafka batch's quiet topics (at most "
+                                 "kafka_offsets.ONE_TASK_RECORDS records each) in Iceberg by one Spark job, each "
+                                 "table committed through Iceberg's Java API; off: each topic its own write")
     trigger_interval: str = "10 seconds"
     checkpoint: str | None = Field(None, description="a path or URI (s3://…); defaults to <home>/checkpoints/changelog")
     namespace: str = Field("changelog", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -39,6 +39,8 @@ def test_a_topic_of_few_records_is_read_by_one_task_and_a_busy_one_by_a_task_a_p
     from_start = TopicRange("t", {0: (EARLIEST, ONE_TASK_RECORDS + 1), 1: (0, 1)})  # counted from offset 0
     assert (few.one_task, busy.one_task, from_start.one_task) == (True, False, False)
     assert not TopicRange("t", {0: (0, 5)}).one_task  # one partition is one task already
+    # quiet, whatever its partitions: the batch's one job writes its table (`Landing.land_topics`)
+    assert (few.quiet, busy.quiet, from_start.quiet, TopicRange("t", {0: (0, 5)}).quiet) == (True, False, False, True)
 
 
 def test_on_a_cluster_a_busy_topic_of_few_partitions_is_split_so_that_no_executor_waits_on_another() -> None:

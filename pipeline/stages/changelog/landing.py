@@ -18,7 +18,8 @@ beside them; they never block a partition.
 Two ways to land a topic's rows:
 - one pass (`land_topics`): the topic's rows are decoded and appended as they are read, the writers being every
   version of the topic's subject, asked of the registry; what that does not cover is counted on the way and
-  only then read again. This is how Kafka batches land.
+  only then read again. This is how Kafka batches land; their quiet topics' appends are one Spark job, each table
+  committed through Iceberg's Java API (`tables/append.py`, `ManyTablesAppender`).
 - planned (`land`): one job reads and caches the rows to find their topics, kinds and schema ids, then each
   topic is decoded from the cache. This is how dead letters replayed land, and a Kinesis batch of tables whose
   row types are not known yet.
@@ -37,9 +38,10 @@ from __future__ import annotations
 import functools
 import json
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Generator, Mapping, Sequence, TypeVar
 
 import structlog
 
@@ -53,7 +55,8 @@ from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.hadoop_files import read_text, write_text
 from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
-from tables.append import BATCH_STARTED, SOURCE_PROPERTY, Appended, Appender, DeltaAppender, IcebergAppender
+from tables.append import (BATCH_STARTED, SOURCE_PROPERTY, Appended, Appender, Created, DeltaAppender,
+                           IcebergAppender, ManyTablesAppender, Staged)
 from tables.glue_delta import DeltaGlue
 from tables.keys import DMS_TABLE_DEF_PROPERTY, keys_property, stored_keys
 from tables.lake import create_namespace, lake_table, table_names
@@ -71,6 +74,7 @@ KNOWN = "_known_shape"  # its shape is one an earlier batch found to fit (`land_
 CARRIED = ("headers",)  # Kafka headers (registry ids may travel there): kept with a dead letter, for its replay
 KEYED_BY_RECORD = frozenset({"debezium", "debezium-unwrapped", native.FORMAT})  # the Kafka key is the table's key
 DEFINITIONS = "dms-table-defs"  # checkpoint folder: DMS table definitions of tables not created yet
+STAMPS = {"_ingested_at": "timestamp", "_batch_id": "long"}  # the columns `stamped` adds, and their types
 
 
 @dataclass
@@ -108,6 +112,31 @@ class TopicPlan:
 
 
 @dataclass(frozen=True)
+class Request:
+    """The append a topic's landing asks for (`_topic_steps`): its change rows, not stamped yet, and its table."""
+
+    rows: DataFrame
+    name: str
+    source: SourceTable
+
+
+T = TypeVar("T")
+# A topic's landing as steps: it yields the append it needs, is sent the append done, and returns what it found.
+# Driven by `_driven` (each append its own write), or stopped at its append for the one job (`land_topics`).
+Steps = Generator[Request, Appended, T]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A quiet topic's landing stopped at its append, staged for the batch's one job (`land_topics`); `staged`
+    None: the job does not take the table (`ManyTablesAppender.stage`), the append is a write of its own."""
+
+    steps: Steps[list[DataFrame]]
+    request: Request
+    staged: Staged | None
+
+
+@dataclass(frozen=True)
 class Learned:
     """What `land_learned` saw: rows landed with their topic's learned row type, and the plan of the rest."""
 
@@ -132,6 +161,8 @@ class Landing:
         self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
                              reserved=cfg.changelog.dead_letter_table)
         self._keys: dict[str, list[str]] = {}  # table -> the key it keeps (or will keep), asked once a process
+        self.many = (ManyTablesAppender(self.appender) if isinstance(self.appender, IcebergAppender)
+                     and cfg.changelog.one_job_topics else None)  # the quiet topics' one job (`land_topics`)
 
     def prepare(self) -> None:
         """Create the changelog namespace (Iceberg) before a first batch needs it."""
@@ -149,31 +180,97 @@ class Landing:
         finally:
             raw.unpersist()
 
-    def land_topics(self, topics: list[tuple[str, DataFrame]], report: BatchReport) -> None:
+    def land_topics(self, topics: list[tuple[str, DataFrame]], report: BatchReport,
+                    quiet: Collection[str] = ()) -> None:
         """Land a batch topic by topic, given each topic's Kafka-shaped rows, each read once (`_one_pass`);
         dead letters last.
 
         Up to `changelog.concurrent_topics` topics land at once, each in a thread of its own with a report of
         its own (merged in topic order): a topic's driver work (registry calls, building its plan over py4j,
-        the Iceberg commit) is a second or so that would otherwise leave the executors idle."""
-        from pyspark import inheritable_thread_target
+        the Iceberg commit) is a second or so that would otherwise leave the executors idle.
 
-        def one(topic: str, rows: DataFrame) -> tuple[BatchReport, list[DataFrame]]:
-            part = report.part()
-            return part, self._one_pass(self._classified(rows), topic, part)
+        The `quiet` topics (a few records each, `kafka_offsets.ONE_TASK_RECORDS`), on Iceberg with
+        `changelog.one_job_topics`, are not written one by one: each topic's landing stops at its append with its
+        table staged (`ManyTablesAppender.stage`: checked, created if new, planned), then one Spark job writes
+        every staged table and commits each through Iceberg's Java API, and each landing goes on from there (its
+        observed counts, dead letters and the rest of its records, as after a write of its own). A table the job
+        does not take (new columns, another partitioning) is appended by a write of its own."""
+        one_job = frozenset(quiet) if quiet and self.many is not None and self._native_session() else frozenset()
+
+        def one(topic: str, rows: DataFrame) -> tuple[BatchReport, list[DataFrame] | Waiting]:
+            part, raw = report.part(), self._classified(rows)
+            if topic in one_job:
+                return part, self._staged(self._one_pass_steps(raw, topic, part), part)
+            return part, self._one_pass(raw, topic, part)
 
         self.owners.claim_first(SourceTable.of_topic(topic) for topic, _ in sorted(topics, key=lambda t: t[0]))
-        workers = min(self.cfg.changelog.concurrent_topics, len(topics))
-        if workers <= 1:
-            landed = [one(topic, rows) for topic, rows in topics]
-        else:
-            with ThreadPoolExecutor(workers, thread_name_prefix="land") as pool:
-                landed = list(pool.map(inheritable_thread_target(self.spark)(one), *zip(*topics)))
+        landed = self._in_threads(one, topics)
+        waiting = [(part, found) for part, found in landed if isinstance(found, Waiting)]
+        if waiting:
+            done = self._one_job([found for _, found in waiting], report)
+            resumed = iter(self._in_threads(self._resumed,
+                                            [(*item, appended) for item, appended in zip(waiting, done)]))
+            landed = [(part, next(resumed) if isinstance(found, Waiting) else found) for part, found in landed]
         dead: list[DataFrame] = []
         for part, letters in landed:
             report.merge(part)
-            dead += letters
+            dead += letters  # type: ignore[arg-type]  # every Waiting was resumed
         self.append_dead_letters(dead, report)
+
+    def _in_threads(self, work: Callable[..., T], items: Sequence[tuple]) -> list[T]:
+        """`work(*item)` for each item, `changelog.concurrent_topics` at a time, in the items' order."""
+        from pyspark import inheritable_thread_target
+
+        workers = min(self.cfg.changelog.concurrent_topics, len(items))
+        if workers <= 1:
+            return [work(*item) for item in items]
+        with ThreadPoolExecutor(workers, thread_name_prefix="land") as pool:
+            return list(pool.map(inheritable_thread_target(self.spark)(work), *zip(*items)))
+
+    def _staged(self, steps: Steps[list[DataFrame]], report: BatchReport) -> list[DataFrame] | Waiting:
+        """A quiet topic's landing up to its append, its table staged for the one job; or its dead letters, when
+        it landed without one (nothing to append, or every record the planned way)."""
+        try:
+            request = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        assert self.many is not None
+        staged = self.many.stage(placeholders(request.rows), request.name, report.writer, report.batch_id,
+                                 created=self._creating(request.source, request.name))
+        return Waiting(steps, request, staged)
+
+    def _one_job(self, waiting: list[Waiting], report: BatchReport) -> list[Appended | None]:
+        """The staged tables written by one Spark job and committed (`ManyTablesAppender.append`); None for a
+        table the job does not take."""
+        assert self.many is not None
+        staged = [found.staged for found in waiting if found.staged is not None]
+        if not staged:
+            return [None] * len(waiting)
+        appended = iter(self.many.append(staged, report.writer, report.batch_id, stamp_values(report.batch_id),
+                                         {BATCH_STARTED: str(report.started_ms)}, self.cfg.changelog.concurrent_topics))
+        return [next(appended) if found.staged is not None else None for found in waiting]
+
+    def _resumed(self, report: BatchReport, waiting: Waiting, done: Appended | None) -> list[DataFrame]:
+        """A quiet topic's landing from its append on, given the one job's append (None: a write of its own)."""
+        request = waiting.request
+        if done is None:
+            done = self.append(request.rows, request.name, report, source=request.source)
+        else:
+            self._recorded(done, request.name, report)
+        try:
+            waiting.steps.send(done)
+        except StopIteration as stop:
+            return stop.value
+        raise AssertionError(f"the landing of {request.name} asked for a second append")
+
+    def _driven(self, steps: Steps[T], report: BatchReport) -> T:
+        """A landing's steps run to their end, each append it asks for a write of its own (`append`)."""
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self.append(request.rows, request.name, report, source=request.source))
+        except StopIteration as stop:
+            return stop.value
 
     def land_learned(self, batch: DataFrame, row_types: dict[str, str], report: BatchReport,
                      shapes: Mapping[str, Sequence[str]] | None = None) -> Learned:
@@ -281,6 +378,10 @@ class Landing:
                             .otherwise(F.col("kind"))))
 
     def _one_pass(self, raw: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
+        """`_one_pass_steps`, each append a write of its own."""
+        return self._driven(self._one_pass_steps(raw, topic, report), report)
+
+    def _one_pass_steps(self, raw: DataFrame, topic: str, report: BatchReport) -> Steps[list[DataFrame]]:
         """One topic's records (`_classified`) decoded and appended as they are read, with no pass to plan
         them: the writers are every version of the topic's subject (`SchemaResolver.subject_writers`), asked
         of the registry per batch, which holds every version the batch's records were written with by then.
@@ -309,8 +410,8 @@ class Landing:
                   F.count_if(~handled & ~tombstone).alias("rest"),
                   F.collect_set(F.when(handled, F.col("schema_id"))).alias("ids"))
         seen = Observation(f"one pass {topic} {report.batch_id}")
-        dead, done = self._topic(raw.observe(seen, *counts).where(handled), TopicPlan(topic), report.batch_id,
-                                 report, grouped=(by_reader, {}))
+        dead, done = yield from self._topic_steps(raw.observe(seen, *counts).where(handled), TopicPlan(topic),
+                                                  report.batch_id, report, grouped=(by_reader, {}))
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
         self.resolver.carried(topic, observed["ids"])  # before the rest, whose ids may need the kind they show
         report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
@@ -427,17 +528,28 @@ class Landing:
         """Whether these writers' envelopes are decoded by the pipeline's own function (`cdc/native.py`)."""
         if fmt != "debezium" or plan.compressed or not self.cfg.changelog.native_decode:
             return False
+        return self._native_session() and native.reads(reader, [json.loads(w) for w in writers.values()])
+
+    def _native_session(self) -> bool:
+        """Whether the session has the pipeline's own jar (jvm/cdc: the native decoder, the quiet topics' one job),
+        asked once; warned of once when it has not."""
         if self._has_native is None:
             self._has_native = native.available(self.spark)
             if not self._has_native:
                 log.warning("changelog.native_decode_missing", function=native.FUNCTION,
                             fix="run `python -m pipeline setup` (jars/cdc) and, under spark-submit, pass its jar "
-                                "with --jars; envelopes are decoded with from_avro meanwhile")
-        return self._has_native and native.reads(reader, [json.loads(w) for w in writers.values()])
+                                "with --jars; envelopes are decoded with from_avro and each topic written by "
+                                "itself meanwhile")
+        return self._has_native
 
-    def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
-               grouped: tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]] | None = None
+    def _topic(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport
                ) -> tuple[list[DataFrame], Appended | None]:
+        """`_topic_steps`, its append a write of its own."""
+        return self._driven(self._topic_steps(rows, plan, batch_id, report), report)
+
+    def _topic_steps(self, rows: DataFrame, plan: TopicPlan, batch_id: int, report: BatchReport,
+                     grouped: tuple[dict[str, dict[str, str]], dict[tuple[str, str], list[str]]] | None = None
+                     ) -> Steps[tuple[list[DataFrame], Appended | None]]:
         """Decode one topic's rows (per writer schema id, and DMS JSON); append; return its dead letters (what
         did not decode, and what decoded but must not land: `cdc.normalize.rejections`) and the append, if
         any. `grouped`: the writers by reader (`_by_reader`), when known without the plan's ids."""
@@ -499,7 +611,7 @@ class Landing:
                                       F.count_if(F.col(decode.VALID) & any_rejection(checks)).alias("refused"))
                          .where(F.col(decode.VALID) & ~any_rejection(checks)), fmt, source.db, reader)
              for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
-        done = self.append(changes, name, report, source=source)
+        done = yield Request(changes, name, source)
         for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
             if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
                 dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))
@@ -571,9 +683,15 @@ class Landing:
         the append creates records `source`, the source table it holds (`Owners.claim` claimed it), and its
         key (`_created`)."""
         batch_id = report.batch_id
-        created = (lambda: self._created(source, name)) if source is not None else None
         done = self.appender.append(stamped(rows, batch_id), name, report.writer, batch_id, partition_by_source_time,
-                                    {BATCH_STARTED: str(report.started_ms)}, created)
+                                    {BATCH_STARTED: str(report.started_ms)}, self._creating(source, name))
+        return self._recorded(done, name, report)
+
+    def _creating(self, source: SourceTable | None, name: str) -> Created | None:
+        return (lambda: self._created(source, name)) if source is not None else None
+
+    def _recorded(self, done: Appended, name: str, report: BatchReport) -> Appended:
+        """An append of table `name` counted in the report (and, for Delta in Glue, the table synced)."""
         if done.skipped:
             report.skipped.append(done.table)
         elif done.rows:
@@ -604,6 +722,19 @@ def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
     stamp = rows.sparkSession.range(1, numPartitions=1).select(
         F.current_timestamp().alias("_ingested_at"), F.lit(batch_id).cast("long").alias("_batch_id"))
     return rows.crossJoin(F.broadcast(stamp))
+
+
+def placeholders(rows: DataFrame) -> DataFrame:
+    """The rows with `stamped`'s columns as typed nulls, which the one job fills (`ManyTablesAppender.append`):
+    no per-batch literal in the generated code, and no broadcast job a table."""
+    from pyspark.sql import functions as F
+
+    return rows.select("*", *[F.lit(None).cast(kind).alias(name) for name, kind in STAMPS.items()])
+
+
+def stamp_values(batch_id: int) -> dict[str, int]:
+    """What the one job writes in `placeholders`' columns: now (epoch micros, as Spark keeps a time) and the batch."""
+    return {"_ingested_at": time.time_ns() // 1000, "_batch_id": batch_id}
 
 
 def _by_topic(cases: list[tuple[str, Column]]) -> Column:

@@ -3,7 +3,8 @@
 A run until caught up drains with `availableNow`, which stops the query by itself. A batch is not read as the
 streaming source hands it over: its topics and their offset ranges come from the query's offset log
 (`kafka_offsets`), and each topic's records are read once, by a batch query over just its ranges, then landed
-in one pass (`Landing.land_topics`). Kafka and the registry must answer; either one's outage is named.
+in one pass (`Landing.land_topics`), the quiet ones by one job. Kafka and the registry must answer; either one's
+outage is named.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class KafkaTransport:
         ranges = batch_ranges(spark, str(self.cfg.changelog.checkpoint), report.batch_id)
         parallelism = None if is_local(spark.sparkContext.master) else spark.sparkContext.defaultParallelism
         landing.land_topics([(r.topic, r.read(spark, self.cfg.kafka, self.headers, parallelism)) for r in ranges],
-                            report)
+                            report, quiet={r.topic for r in ranges if r.quiet})
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         landing.land(letters, report, store_dead_letters=False)

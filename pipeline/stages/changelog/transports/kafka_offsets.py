@@ -50,9 +50,14 @@ class TopicRange:
         return sum(end - max(start, 0) for start, end in self.partitions.values())
 
     @property
+    def quiet(self) -> bool:
+        """Whether the records are few enough for one task (`ONE_TASK_RECORDS`)."""
+        return self.upper_bound <= ONE_TASK_RECORDS
+
+    @property
     def one_task(self) -> bool:
-        """Whether the records are few enough to be read by one task (`ONE_TASK_RECORDS`)."""
-        return len(self.partitions) > 1 and self.upper_bound <= ONE_TASK_RECORDS
+        """Whether the records of several partitions are read by one task (`quiet`)."""
+        return len(self.partitions) > 1 and self.quiet
 
     def min_tasks(self, parallelism: int | None) -> int | None:
         """Spark's `minPartitions` for reading the ranges on a cluster of `parallelism` cores (None: a local

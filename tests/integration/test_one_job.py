@@ -1,0 +1,175 @@
+"""A Kafka batch's quiet topics written by one Spark job and committed through Iceberg's Java API
+(`changelog.one_job_topics`: jvm/cdc `ManyTables`, `tables/append.py` `ManyTablesAppender`) land exactly what each
+topic's own write lands: the same rows, columns, partitioning and table properties, the same batch report; a
+replay of the batch is skipped table by table, and a batch some of whose tables were committed lands the rest once.
+
+The batch is what `simulate --tables synthetic:12 --poison 0.02` sends (Debezium, two partitions a topic, some
+records dead letters), read by the ranges the stage reads (`kafka_offsets.TopicRange`), landed once by each path
+into a namespace of its own."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from cdc.framing import Framing
+from pipeline.config import kafka
+from pipeline.config.settings import PipelineConfig
+from pipeline.stages.changelog import BatchReport
+from pipeline.stages.changelog.landing import Landing
+from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, TopicRange
+from registry.factory import serde_from_settings
+from simulators.simulation import Simulation, SimulationOptions
+from simulators.transport import KafkaTransport
+from simulators.truth import TruthStore
+from tables.append import COMMIT_PROPERTY, iceberg_table
+from tables.keys import stored_keys
+from tables.lake import table_names
+from tables.names import quote
+
+TABLES = 12
+BATCH = 7
+
+
+@pytest.fixture(scope="module")
+def ranges(cfg: PipelineConfig, stack, tmp_path_factory) -> list[TopicRange]:
+    """The simulated database's topics, each with the offset range of all its records (one batch)."""
+    prefix = f"onejob{uuid.uuid4().hex[:6]}"
+    options = SimulationOptions(format="debezium", tables=f"synthetic:{TABLES}", events=1200, snapshot_rows=3,
+                                evolve_at=600, poison=0.02, topic_prefix=prefix)
+    Simulation(options, KafkaTransport(cfg.kafka, partitions=2),
+               TruthStore(tmp_path_factory.mktemp("onejob") / "truth.db"),
+               serde_from_settings(cfg.registry, cfg.aws)).run(progress=False)
+    consumer = Consumer(kafka.client_conf(cfg.kafka, **{"group.id": "one-job-test"}))
+    try:
+        topics = sorted(t for t in consumer.list_topics(timeout=10).topics if t.startswith(f"{prefix}."))
+        return [TopicRange(topic, {p: (EARLIEST, consumer.get_watermark_offsets(TopicPartition(topic, p),
+                                                                                timeout=10)[1])
+                                   for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions})
+                for topic in topics]
+    finally:
+        consumer.close()
+
+
+def _config(cfg: PipelineConfig, one_job: bool) -> PipelineConfig:
+    """`cfg` with a changelog namespace of its own, landing quiet topics by one job or each by its own write."""
+    namespace = f"{'one' if one_job else 'own'}_{uuid.uuid4().hex[:6]}"
+    return cfg.model_copy(update={"changelog": cfg.changelog.model_copy(
+        update={"namespace": namespace, "one_job_topics": one_job})})
+
+
+def _land(cfg: PipelineConfig, spark, ranges: list[TopicRange], writer: str = "q") -> BatchReport:
+    """Batch `BATCH` of `ranges`' records landed as the Kafka transport lands one (`KafkaTransport.land`)."""
+    landing = Landing(cfg, spark)
+    landing.prepare()
+    headers = Framing.of(cfg.registry.wire_format).reads_headers
+    report = BatchReport(BATCH, writer=writer)
+    landing.land_topics([(r.topic, r.read(spark, cfg.kafka, headers)) for r in ranges], report,
+                        quiet={r.topic for r in ranges if r.quiet})
+    return report
+
+
+@pytest.fixture(scope="module")
+def landed(cfg: PipelineConfig, spark, ranges: list[TopicRange]) -> dict[bool, tuple[PipelineConfig, BatchReport]]:
+    """The batch landed by one job (True) and by each topic's own write (False)."""
+    assert all(r.quiet for r in ranges) and any(len(r.partitions) > 1 for r in ranges)
+    return {one_job: (config, _land(config, spark, ranges))
+            for one_job in (True, False) for config in [_config(cfg, one_job)]}
+
+
+def _table(cfg: PipelineConfig, name: str) -> str:
+    return quote(cfg.catalog.name, cfg.changelog.namespace, name)
+
+
+def _contents(spark, cfg: PipelineConfig, name: str) -> dict:
+    """What a landed table holds and how it is made: its rows (but `_ingested_at`), columns, partitioning and
+    properties, and its snapshots' commit tags."""
+    table = iceberg_table(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}.{name}")
+    rows = spark.table(_table(cfg, name)).drop("_ingested_at")
+    return {"rows": sorted(map(str, rows.collect())), "columns": rows.schema.jsonValue(),
+            "spec": str(table.spec()), "properties": dict(table.properties()),
+            "format": table.operations().current().formatVersion(),
+            "tags": [s.summary().get(COMMIT_PROPERTY) for s in table.snapshots()]}
+
+
+def _landed_tables(spark, cfg: PipelineConfig) -> list[str]:
+    return sorted(table_names(cfg, spark, cfg.changelog.namespace))
+
+
+def _report(report: BatchReport, cfg: PipelineConfig) -> dict:
+    """A report's counts, its tables named without their namespace."""
+    strip = f"{cfg.catalog.name}.{cfg.changelog.namespace}."
+    return {"rows_in": report.rows_in, "tombstones": report.tombstones, "records": report.records,
+            "tables": {t.removeprefix(strip): n for t, n in report.tables.items()},
+            "skipped": sorted(t.removeprefix(strip) for t in report.skipped), "dead": report.dead_by_topic,
+            "dead_letters": report.dead_letters, "one_pass": report.one_pass, "planned": report.planned}
+
+
+def test_one_job_lands_what_each_topics_own_write_lands(spark, landed) -> None:
+    (one_cfg, one), (own_cfg, own) = landed[True], landed[False]
+    assert _report(one, one_cfg) == _report(own, own_cfg)
+    names = _landed_tables(spark, own_cfg)
+    assert len(names) == TABLES + 1 and one.dead_letters > 0 and one.planned, (names, one)  # + dead_letters
+    assert _landed_tables(spark, one_cfg) == names
+    for name in names:
+        assert _contents(spark, one_cfg, name) == _contents(spark, own_cfg, name), name
+
+
+def test_the_tables_were_committed_through_icebergs_java_api(spark, landed) -> None:
+    """Spark's writes put the application's id in a snapshot's summary; the one job's commits do not. (What one
+    pass of a topic did not cover, under `q+rest`, and the dead letters are Spark's writes.)"""
+    one_cfg, one = landed[True]
+    for table in one.tables:
+        if not table.endswith(f".{one_cfg.changelog.dead_letter_table}"):
+            [summary] = [s.summary() for s in iceberg_table(spark, table).snapshots()
+                         if s.summary().get(COMMIT_PROPERTY) == f"q:{BATCH}"]
+            assert summary.get("spark.app.id") is None, table
+
+
+def test_a_replayed_batch_is_skipped_table_by_table(spark, ranges, landed) -> None:
+    one_cfg, one = landed[True]
+    before = {name: _contents(spark, one_cfg, name) for name in _landed_tables(spark, one_cfg)}
+    again = _land(one_cfg, spark, ranges)
+    assert (again.tables, set(again.skipped), again.dead_letters_skipped) == ({}, set(one.tables), True)
+    assert {name: _contents(spark, one_cfg, name) for name in before} == before  # 0 doubled
+
+
+def test_a_batch_some_of_whose_tables_were_committed_lands_the_rest_once(cfg, spark, ranges, landed) -> None:
+    """A crash after four topics' appends, before the batch's dead letters: a replay lands the rest once."""
+    own_cfg, _ = landed[False]
+    config = _config(cfg, one_job=True)
+    landing, first = Landing(config, spark), BatchReport(BATCH, writer="q")
+    landing.prepare()
+    headers = Framing.of(config.registry.wire_format).reads_headers
+    for r in ranges[:4]:
+        landing._one_pass(landing._classified(r.read(spark, config.kafka, headers)), r.topic, first)
+    replayed = _land(config, spark, ranges)
+    assert set(replayed.skipped) == set(first.tables) and len(first.tables) >= 4, (replayed.skipped, first.tables)
+    assert not set(replayed.tables) & set(first.tables)
+    for name in _landed_tables(spark, own_cfg):
+        assert _contents(spark, config, name)["rows"] == _contents(spark, own_cfg, name)["rows"], name
+
+
+def test_a_table_whose_columns_the_batch_changes_lands_by_a_write_of_its_own(cfg, spark, ranges) -> None:
+    """A table that lacks a column the batch brings is not the one job's: a write of its own adds the column."""
+    config = _config(cfg, one_job=True)
+    _land(config, spark, ranges[:2])
+    changed, kept = [name for name in _landed_tables(spark, config) if name != config.changelog.dead_letter_table]
+    table = iceberg_table(spark, f"{config.catalog.name}.{config.changelog.namespace}.{changed}")
+    keys = stored_keys(dict(table.properties()))
+    column = next(f.name for f in spark.table(_table(config, changed)).schema.fields
+                  if not f.name.startswith("_") and f.name not in keys)
+    spark.sql(f"ALTER TABLE {_table(config, changed)} DROP COLUMN {quote(column)}")
+    report = BatchReport(BATCH + 1, writer="q")
+    landing = Landing(config, spark)
+    headers = Framing.of(config.registry.wire_format).reads_headers
+    landing.land_topics([(r.topic, r.read(spark, config.kafka, headers)) for r in ranges[:2]], report,
+                        quiet={r.topic for r in ranges[:2]})
+    assert column in spark.table(_table(config, changed)).columns
+    for name, own_write in ((changed, True), (kept, False)):
+        [summary] = [s.summary() for s in iceberg_table(spark, f"{config.catalog.name}."
+                                                              f"{config.changelog.namespace}.{name}").snapshots()
+                     if s.summary().get(COMMIT_PROPERTY) == f"q:{BATCH + 1}"]
+        assert (summary.get("spark.app.id") is not None) == own_write, name
