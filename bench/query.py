@@ -37,8 +37,8 @@ from pipeline.ops import timetravel  # noqa: E402
 from pipeline.ops.maintain import maintain_lake  # noqa: E402
 from pipeline.runtime import logs  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402
-from pipeline.sql.trino_query import fetch  # noqa: E402
 from pipeline.stack import Stack  # noqa: E402
+from pipeline.stack.trino import connect  # noqa: E402
 from pipeline.stages.mirror import MirrorStage  # noqa: E402
 from tables.append import IcebergAppender  # noqa: E402
 from tables.names import quote, sql_string  # noqa: E402
@@ -61,15 +61,34 @@ def changelog_rows(spark, count: int, batch: int, live_keys: int, first_new_key:
             .withColumn("_transport", transport).withColumn("_ingested_at", F.current_timestamp()))
 
 
-def median_seconds(label: str, action: Callable[[], int]) -> float:
+def median_seconds(label: str, action: Callable[[], int], cpu: Callable[[], float] | None = None) -> float:
+    """The median of `RUNS` runs of `action` (which returns its rows); with `cpu`, the CPU-seconds the engine
+    reports for the last run, beside it: what the machine's load does not move."""
     times = []
     for _ in range(RUNS):
         started = time.perf_counter()
         rows = action()
         times.append(time.perf_counter() - started)
     median = statistics.median(times)
-    print(f"{label:<52} {median:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times)}; {rows} rows)", flush=True)
+    spent = f", {cpu():.2f} CPU-s the last" if cpu is not None else ""
+    print(f"{label:<52} {median:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times)}; {rows} rows{spent})",
+          flush=True)
     return median
+
+
+class TrinoRuns:
+    """Queries on the stack's Trino, keeping the CPU time Trino reports for the last (all its threads)."""
+
+    def __init__(self, cfg: PipelineConfig) -> None:
+        self.connection = connect(cfg)
+        self.cpu_seconds = 0.0
+
+    def rows(self, sql: str) -> int:
+        cursor = self.connection.cursor()
+        cursor.execute(sql)
+        found = len(cursor.fetchall())
+        self.cpu_seconds = cursor.stats.get("cpuTimeMillis", 0) / 1000
+        return found
 
 
 def queries(cfg: PipelineConfig, spark, key: int) -> dict[str, str]:
@@ -93,7 +112,9 @@ def both_engines(cfg: PipelineConfig, spark, key: int, when: str) -> list[tuple[
     figures = []
     for label, sql in queries(cfg, spark, key).items():
         on_spark = median_seconds(f"{label}, {when}: spark", lambda: len(spark.sql(sql).collect()))
-        on_trino = median_seconds(f"{label}, {when}: trino", lambda: len(fetch(cfg, athena_sql(sql), TABLE)[1]))
+        trino = TrinoRuns(cfg)
+        on_trino = median_seconds(f"{label}, {when}: trino", lambda: trino.rows(athena_sql(sql)),
+                                  lambda: trino.cpu_seconds)
         figures.append((on_trino, on_spark))
     return figures
 
