@@ -10,6 +10,7 @@ table they hold (`pipeline.source`, `tables/owners.py`) and its key (`tables/key
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
@@ -70,7 +71,7 @@ class IcebergAppender:
         table, tag = quote(*self.namespace.split("."), name), f"{writer_id}:{batch_id}"
         loaded = _loaded(self.spark, table)  # loaded once: whether it holds the batch, and its columns
         exists = loaded is not None
-        if exists and self._committed(table, loaded, writer_id, batch_id):
+        if exists and self.committed(table, loaded, writer_id, batch_id):
             return Appended(f"{self.namespace}.{name}", 0, skipped=True)
         written = Observation(f"rows {table} {tag}")
         ordered = _in_table_order(rows, _spark_schema(self.spark, loaded)) if exists else rows
@@ -98,9 +99,9 @@ class IcebergAppender:
     def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
         table = quote(*self.namespace.split("."), name)
         loaded = _loaded(self.spark, table)
-        return loaded is not None and self._committed(table, loaded, writer_id, batch_id)
+        return loaded is not None and self.committed(table, loaded, writer_id, batch_id)
 
-    def _committed(self, table: str, metadata, writer_id: str, batch_id: int) -> bool:  # type: ignore[no-untyped-def]
+    def committed(self, table: str, metadata, writer_id: str, batch_id: int) -> bool:  # type: ignore[no-untyped-def]
         """Whether the table (`metadata`: its Iceberg Java table, `_loaded`) holds batch `batch_id` of `writer_id`:
         a snapshot among the table's current ancestry carries its commit tag.
 
@@ -151,19 +152,24 @@ class ManyTablesAppender:
         self.appender = appender
         self.spark = appender.spark
 
+    @functools.cached_property
+    def many(self) -> Any:  # the py4j class cdc.spark.ManyTables, named once
+        from tables.lake import java_class  # tables.lake imports this module
+
+        return java_class(self.spark, "cdc.spark.ManyTables")
+
     def stage(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
               partition_by_source_time: bool = True, created: Created | None = None) -> Staged | None:
         """`rows` hold placeholders (typed nulls) for the columns `append`'s stamps fill."""
         namespace = self.appender.namespace
         table = quote(*namespace.split("."), name)
         loaded = _loaded(self.spark, table)
-        if loaded is not None and self.appender._committed(table, loaded, writer_id, batch_id):  # noqa: SLF001
+        if loaded is not None and self.appender.committed(table, loaded, writer_id, batch_id):
             return Staged(f"{namespace}.{name}", None, loaded, skipped=True)
-        many = self.spark._jvm.cdc.spark.ManyTables  # type: ignore[attr-defined]
         if loaded is None:
             try:
                 session = self.spark._jsparkSession  # type: ignore[attr-defined]
-                loaded = many.create(session, table, _nullable(rows.schema).json(),
+                loaded = self.many.create(session, table, _nullable(rows.schema).json(),
                                      "_source_ts" if partition_by_source_time else None,
                                      {**CREATED, **(created() if created is not None else {})})
             except Exception:
@@ -173,7 +179,7 @@ class ManyTablesAppender:
                 return self.stage(rows, name, writer_id, batch_id, partition_by_source_time, created)
         columns = _spark_schema(self.spark, loaded)
         ordered = _in_table_order(rows, columns)
-        if not many.writable(loaded) or _nullable(ordered.schema) != _nullable(columns):
+        if not self.many.writable(loaded) or _nullable(ordered.schema) != _nullable(columns):
             return None  # new columns or types, or a partitioning the job does not write
         ordered._jdf.queryExecution().toRdd()  # planned here, in the caller's thread, not one after another later
         return Staged(f"{namespace}.{name}", ordered, loaded)
@@ -189,7 +195,7 @@ class ManyTablesAppender:
             frames = [part.rows._jdf for part in written]  # type: ignore[union-attr]
             tables = [part.table for part in written]
             tasks = TASKS_PER_CORE * self.spark.sparkContext.defaultParallelism
-            rows = list(self.spark._jvm.cdc.spark.ManyTables.append(  # type: ignore[attr-defined]
+            rows = list(self.many.append(
                 frames, tables, dict(stamps), {**(properties or {}), COMMIT_PROPERTY: f"{writer_id}:{batch_id}"},
                 tasks, threads))
         counts = iter(rows)
