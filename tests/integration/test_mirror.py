@@ -104,8 +104,11 @@ def _assert_equal_to_truth(cfg: PipelineConfig, spark, truth: TruthStore, tables
 
 
 def _last_job(spark) -> int:
-    """The id of the newest Spark job the session's application ran (-1 before any)."""
-    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    """The id of the newest Spark job the session's application ran (-1 before any). The status store learns of a
+    job from the listener bus, after the job has returned: the bus is drained first, or a job just run is missed."""
+    context = spark.sparkContext._jsc.sc()
+    context.listenerBus().waitUntilEmpty()
+    jobs = context.statusStore().jobsList(None)
     ends = {jobs.apply(0).jobId(), jobs.apply(jobs.length() - 1).jobId()} if jobs.length() else {-1}
     return max(ends)  # the list's order (newest first or last) is the status store's
 
