@@ -11,8 +11,10 @@ untouched. The queries run right after that merge: with the default (pending) la
 mirror's base and its 100k pending changes through the `_current` view's overlay. Each engine runs the same
 query: the view's SQL inlined, in Spark's dialect and, through sqlglot, in Athena's, as `athena-ddl` prints
 views. The mirror is bucketed by its key (`--partition-by`, as a data engineer configures a mirror that serves
-lookups; '' for none), so a lookup reads one bucket. Each query runs three
-times (the first pays for planning and cold caches); the figure is the median.
+lookups; '' for none), so a lookup reads one bucket. Each query runs five
+times: the first two warm the engine up (planning, cold caches, and the JIT compiling the query's code: Athena's
+engine is a long-running service, the bench's Trino a process started minutes before), and the figure is the
+median of the other three; all five are printed.
 Usage: bench/query.py [--rows 10000000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
 Ends with: `query: trino <s> s / spark <s> s (point lookup, after merge)`.
 """
@@ -44,7 +46,8 @@ from tables.append import IcebergAppender  # noqa: E402
 from tables.names import quote, sql_string  # noqa: E402
 from tables.views import athena_sql, views_of_mirror  # noqa: E402
 
-RUNS = 3
+WARMUP_RUNS = 2  # printed, not counted
+RUNS = 3  # the median of these is the figure
 UPDATES = 100_000
 BUCKET = "bench-query"
 # Ports of its own, so a running demo or test stack is untouched (as bench/stack.py).
@@ -62,17 +65,18 @@ def changelog_rows(spark, count: int, batch: int, live_keys: int, first_new_key:
 
 
 def median_seconds(label: str, action: Callable[[], int], cpu: Callable[[], float] | None = None) -> float:
-    """The median of `RUNS` runs of `action` (which returns its rows); with `cpu`, the CPU-seconds the engine
-    reports for the last run, beside it: what the machine's load does not move."""
+    """The median of `RUNS` runs of `action` (which returns its rows) after `WARMUP_RUNS`; with `cpu`, the
+    CPU-seconds the engine reports for the last run, beside it: what the machine's load does not move."""
     times = []
-    for _ in range(RUNS):
+    for _ in range(WARMUP_RUNS + RUNS):
         started = time.perf_counter()
         rows = action()
         times.append(time.perf_counter() - started)
-    median = statistics.median(times)
+    median = statistics.median(times[WARMUP_RUNS:])
     spent = f", {cpu():.2f} CPU-s the last" if cpu is not None else ""
-    print(f"{label:<52} {median:6.2f} s  (runs: {', '.join(f'{t:.2f}' for t in times)}; {rows} rows{spent})",
-          flush=True)
+    warmup = ", ".join(f"{t:.2f}" for t in times[:WARMUP_RUNS])
+    print(f"{label:<52} {median:6.2f} s  (warm-up: {warmup}; runs: {', '.join(f'{t:.2f}' for t in times[WARMUP_RUNS:])}; "
+          f"{rows} rows{spent})", flush=True)
     return median
 
 

@@ -57,7 +57,7 @@ class StackSettings(_Section):
     trino: bool = Field(False, description="also run Trino, the engine Athena is built on, on the Glue and S3 the "
                         "pipeline writes (`stack up --with trino`)")
     trino_port: int = Field(8086, ge=1, le=65535)
-    trino_heap: str = "1g"
+    trino_heap: str = Field("4g", description="Trino's JVM heap; its queries may use 30% of it")
     trino_java: Path | None = Field(None, description="a Java 24+ executable; found automatically when unset")
     spark_cluster: bool = Field(False, description="also run a Spark standalone master and workers, each a JVM "
                                 "of its own, to submit the stages to (`stack up --with spark-cluster`)")

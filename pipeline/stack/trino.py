@@ -25,6 +25,14 @@ from pipeline.stack.java import find_java
 CATALOG = "awsdatacatalog"
 DELTA_CATALOG = "delta"
 JAVA_MAJOR = 24  # Trino 476 checks for Java 24.0.1 at start-up and stops on anything older
+# Trino's deployment guide's JVM settings, as a production Trino (and so Athena's engine) runs. Measured on the
+# 10M-row mirror (docs/benchmarks.md): with a 1 GiB heap and the JVM's defaults, G1's collections took about as
+# much CPU per query as the query itself.
+JVM_OPTIONS = (
+    "-XX:+UseG1GC", "-XX:G1HeapRegionSize=32M", "-XX:+ExplicitGCInvokesConcurrent", "-XX:+ExitOnOutOfMemoryError",
+    "-XX:-OmitStackTraceInFastThrow", "-XX:ReservedCodeCacheSize=512M", "-XX:PerMethodRecompilationCutoff=10000",
+    "-XX:PerBytecodeRecompilationCutoff=10000", "-Djdk.nio.maxCachedBufferSize=2000000",
+)
 
 
 class Trino(Service):
@@ -47,7 +55,7 @@ class Trino(Service):
         server = jvm.TRINO.resolve(self.cfg.jars_dir)
         etc = self._write_config(server)
         return [
-            str(java), f"-Xmx{s.trino_heap}", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+            str(java), f"-Xmx{s.trino_heap}", *JVM_OPTIONS,
             "-Djdk.attach.allowAttachSelf=true", "-XX:+EnableDynamicAgentLoading", "-Dfile.encoding=UTF-8",
             "--enable-native-access=ALL-UNNAMED", "--sun-misc-unsafe-memory-access=allow",
             f"-Dconfig={etc / 'config.properties'}", f"-Dnode.data-dir={self.folder / 'data'}",

@@ -75,6 +75,16 @@ def test_without_a_new_enough_java_it_says_which_it_needs_and_where_it_looked(
         Trino(_cfg(tmp_path, f"stack.trino_java={old}")).command()
 
 
+def test_its_jvm_runs_with_the_heap_setting_and_the_deployment_guides_options(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 GiB heap with the JVM's defaults spent as much CPU in G1 as in a query over a 10M-row mirror."""
+    monkeypatch.setattr("pipeline.stack.java.candidates", lambda: [_fake_java(tmp_path, "25.0.1")])
+    monkeypatch.setattr("pipeline.runtime.jvm.Bundle.resolve", lambda self, jars_dir, offline=False: tmp_path / "server")
+    command = Trino(_cfg(tmp_path)).command()
+    assert "-Xmx4g" in command and "-XX:ReservedCodeCacheSize=512M" in command and "-XX:+UseG1GC" in command
+    assert "-Xmx6g" in Trino(_cfg(tmp_path, "stack.trino_heap=6g")).command()
+
+
 def test_trino_down_is_said_with_its_address(tmp_path: Path, capsys) -> None:
     port = free_port()  # nothing listens there
     said = rf"Trino at http://127.0.0.1:{port} does not answer .*stack up --with trino"
