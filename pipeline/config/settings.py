@@ -69,6 +69,8 @@ class StackSettings(_Section):
                                       "ones follow")
     spark_worker_cores: int = Field(1, ge=1, description="cores each worker offers its executors")
     spark_worker_memory: str = Field("2g", description="memory each worker offers its executors")
+    spark_worker_keep_s: int = Field(3600, ge=60, description="how long a worker keeps a finished application's "
+                                     "folder (its copies of the jars, ~300 MB, and its executors' logs)")
     start_timeout_s: float = Field(120.0, gt=0)
 
     @model_validator(mode="after")

@@ -21,9 +21,11 @@ from pipeline.stack.java import find_java
 DAEMON_HEAP = "512m"  # what spark-class gives a master or worker (SPARK_DAEMON_MEMORY's default is 1g)
 
 
-def _daemon(java: Path, log_dir: Path, main: str, *args: str) -> list[str]:
+def _daemon(java: Path, log_dir: Path, main: str, *args: str, properties: dict[str, str] | None = None) -> list[str]:
+    """The command `spark-class` would run for a standalone daemon; `properties` are its Spark settings."""
+    settings = [f"-D{key}={value}" for key, value in (properties or {}).items()]
     return [str(java), f"-Xmx{DAEMON_HEAP}", "-cp", f"{spark_home() / 'conf'}:{spark_home() / 'jars'}/*",
-            f"-Dspark.log.dir={log_dir}", main, *args]
+            f"-Dspark.log.dir={log_dir}", *settings, main, *args]
 
 
 class SparkMaster(Service):
@@ -97,7 +99,17 @@ class SparkWorker(Service):
                        "--host", self.host, "--port", str(s.spark_worker_port + self.index - 1),
                        "--webui-port", str(s.spark_worker_ui_port + self.index - 1),
                        "--cores", str(s.spark_worker_cores), "--memory", s.spark_worker_memory,
-                       "--work-dir", str(self.folder / "work"), master_url(self.cfg))
+                       "--work-dir", str(self.folder / "work"), master_url(self.cfg),
+                       properties=self._cleanup())
+
+    def _cleanup(self) -> dict[str, str]:
+        """Every application leaves a folder of ~300 MB (its copies of `--jars`) in the work folder; without a
+        cleanup a local stack fills its disk in a few hundred submissions. The worker removes a finished
+        application's folder `stack.spark_worker_keep_s` after its last change (Spark checks every tenth of
+        that, at least once a minute)."""
+        keep = self.cfg.stack.spark_worker_keep_s
+        return {"spark.worker.cleanup.enabled": "true", "spark.worker.cleanup.appDataTtl": str(keep),
+                "spark.worker.cleanup.interval": str(max(60, keep // 10))}
 
     def environment(self) -> dict[str, str]:
         aws = self.cfg.aws

@@ -52,6 +52,15 @@ def test_each_worker_launches_executors_from_this_pyspark_with_the_configured_ke
     assert "AWS_ACCESS_KEY_ID" not in SparkWorker(_cfg(tmp_path, "aws.endpoint_url="), 1).environment()
 
 
+def test_a_worker_removes_finished_applications_folders_after_the_configured_time(tmp_path: Path) -> None:
+    command = SparkWorker(_cfg(tmp_path, "stack.spark_worker_keep_s=7200"), 1).command()
+    settings = command[:command.index("org.apache.spark.deploy.worker.Worker")]
+    assert {"-Dspark.worker.cleanup.enabled=true", "-Dspark.worker.cleanup.appDataTtl=7200",
+            "-Dspark.worker.cleanup.interval=720"} <= set(settings)
+    with pytest.raises(ConfigError, match="spark_worker_keep_s"):
+        _cfg(tmp_path, "stack.spark_worker_keep_s=5")
+
+
 @pytest.mark.parametrize(("master", "local"), [(None, True), ("local", True), ("local[*]", True),
                                               ("local-cluster[2,1,1024]", True), ("spark://h:7077", False),
                                               ("yarn", False), ("k8s://https://h:443", False)])
