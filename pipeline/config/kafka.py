@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 from pipeline.config.settings import KafkaSettings
@@ -34,6 +35,15 @@ def client_conf(kafka: KafkaSettings, **extra: object) -> dict[str, object]:
 # Spark's Kafka reader asks for offset ranges it already knows exist, yet each partition's task ends with a
 # fetch the broker holds for Kafka's default 500 ms: a batch of 48 small partitions took 14.6 s, 2.7 s without.
 SPARK_SOURCE_DEFAULTS = {"kafka.fetch.max.wait.ms": "10"}
+
+
+def reader_group(kafka: KafkaSettings, checkpoint: str) -> str:
+    """The consumer group of the changelog stage's reads of its batches' offset ranges, one per checkpoint
+    (`kafka.properties.group.id` when set). Spark keeps an executor's Kafka consumers between reads, by group and
+    partition, but gives every read a new group of its own unless one is set: each batch then opened a consumer
+    a partition, and a consumer's first fetch costs ~80 ms (16.8 s of a 200-partition batch, bench/database.py).
+    The reads assign their partitions and commit nothing, so the group coordinates nothing."""
+    return kafka.properties.get("group.id") or f"pipeline-changelog-{hashlib.sha256(checkpoint.encode()).hexdigest()[:16]}"
 
 
 def spark_options(kafka: KafkaSettings, headers: bool = False) -> dict[str, str]:

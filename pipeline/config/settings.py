@@ -90,6 +90,9 @@ class KafkaSettings(_Section):
 
     bootstrap_servers: str | None = Field(None, description="defaults to the embedded broker")
     properties: dict[str, str] = Field(default_factory=dict)
+    executor_consumers: int = Field(1024, ge=1, description="Kafka consumers an executor keeps between batches "
+                                    "(Spark's `spark.kafka.consumer.cache.capacity`, 64 by default): at least the "
+                                    "topic partitions it reads, or each batch opens new ones")
 
 
 class RegistrySettings(_Section):

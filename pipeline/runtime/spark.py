@@ -49,6 +49,7 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",  # progress is logged per job, not drawn over the logs
         "spark.driver.memory": cfg.spark.driver_memory,
         "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
+        "spark.kafka.consumer.cache.capacity": str(cfg.kafka.executor_consumers),
         # Small local tables: skip Delta's statistics collection fan-out and keep snapshots in few tasks.
         "spark.databricks.delta.snapshotPartitions": "2",
         # New Delta tables keep a change data feed: the mirror reads only the rows appended since its watermark.

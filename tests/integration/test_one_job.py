@@ -9,10 +9,12 @@ into a namespace of its own."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import DataFrame
 
 from cdc.framing import Framing
 from pipeline.config import kafka
@@ -173,3 +175,34 @@ def test_a_table_whose_columns_the_batch_changes_lands_by_a_write_of_its_own(cfg
                                                               f"{config.changelog.namespace}.{name}").snapshots()
                      if s.summary().get(COMMIT_PROPERTY) == f"q:{BATCH + 1}"]
         assert (summary.get("spark.app.id") is not None) == own_write, name
+
+
+def _consumers(spark, group: str) -> set[str]:
+    """The client ids of the Kafka consumers of `group` alive in this (local) JVM, from their JMX registrations."""
+    jvm, gateway = spark._jvm, spark.sparkContext._gateway
+    # Through the interface's method: py4j cannot call one on the JDK's server class, which its module hides.
+    signature = gateway.new_array(jvm.java.lang.Class, 2)
+    signature[0], signature[1] = (jvm.java.lang.Class.forName(f"javax.management.{n}") for n in ("ObjectName", "QueryExp"))
+    arguments = gateway.new_array(jvm.java.lang.Object, 2)
+    arguments[0] = jvm.javax.management.ObjectName("kafka.consumer:type=app-info,*")
+    names = (jvm.java.lang.Class.forName("javax.management.MBeanServer").getMethod("queryNames", signature)
+             .invoke(jvm.java.lang.management.ManagementFactory.getPlatformMBeanServer(), arguments))
+    ids = {name.getKeyProperty("client-id") or name.getKeyProperty("id") for name in names}  # a consumer has both
+    return {client for client in ids if f"-{group}-" in client}
+
+
+def test_the_reads_of_a_group_reuse_the_executors_consumers(cfg, spark, ranges) -> None:
+    """Each batch's reads used to open a consumer a partition (Spark gives every read a group of its own); the
+    stage's reads now share one group (`kafka.reader_group`), whose consumers Spark keeps between reads."""
+    group = kafka.reader_group(cfg.kafka, f"checkpoint-{uuid.uuid4().hex[:6]}")
+    headers = Framing.of(cfg.registry.wire_format).reads_headers
+
+    def read_all() -> int:
+        return functools.reduce(DataFrame.unionByName, [r.read(spark, cfg.kafka, headers, group=group)
+                                                        for r in ranges]).count()
+
+    first = read_all()
+    opened = _consumers(spark, group)
+    assert first == read_all() > 0
+    assert opened and _consumers(spark, group) == opened  # the second read opened none
+    assert len(opened) == sum(len(r.partitions) for r in ranges)  # a consumer a partition, kept

@@ -83,8 +83,9 @@ class KafkaTransport:
         spark = landing.spark
         ranges = batch_ranges(spark, str(self.cfg.changelog.checkpoint), report.batch_id)
         parallelism = None if is_local(spark.sparkContext.master) else spark.sparkContext.defaultParallelism
-        landing.land_topics([(r.topic, r.read(spark, self.cfg.kafka, self.headers, parallelism)) for r in ranges],
-                            report, quiet={r.topic for r in ranges if r.quiet})
+        group = kafka.reader_group(self.cfg.kafka, str(self.cfg.changelog.checkpoint))
+        landing.land_topics([(r.topic, r.read(spark, self.cfg.kafka, self.headers, parallelism, group))
+                             for r in ranges], report, quiet={r.topic for r in ranges if r.quiet})
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         landing.land(letters, report, store_dead_letters=False)

@@ -67,13 +67,17 @@ class TopicRange:
         wanted = TASKS_PER_CORE * (parallelism or 0)
         return wanted if self.upper_bound > ONE_TASK_RECORDS and len(self.partitions) < wanted else None
 
-    def read(self, spark: SparkSession, settings: KafkaSettings, headers: bool, parallelism: int | None = None
-             ) -> DataFrame:
+    def read(self, spark: SparkSession, settings: KafkaSettings, headers: bool, parallelism: int | None = None,
+             group: str | None = None) -> DataFrame:
         """The topic's records in these ranges, in the columns the streaming source gives; a few records in
         one task (`one_task`), so the job that lands them runs one task and writes one file per day; on a cluster
-        of `parallelism` cores, in at least `min_tasks`."""
+        of `parallelism` cores, in at least `min_tasks`. With `group` (`kafka.reader_group`), the executors'
+        consumers of earlier reads in that group read these ranges too, instead of new ones."""
         ranges = sorted(self.partitions.items())
-        reader = (spark.read.format("kafka").options(**kafka.spark_options(settings, headers=headers))
+        options = kafka.spark_options(settings, headers=headers)
+        if group:
+            options["kafka.group.id"] = group
+        reader = (spark.read.format("kafka").options(**options)
                   .option("assign", json.dumps({self.topic: [p for p, _ in ranges]}))
                   .option("startingOffsets", json.dumps({self.topic: {str(p): s for p, (s, _) in ranges}}))
                   .option("endingOffsets", json.dumps({self.topic: {str(p): e for p, (_, e) in ranges}}))
