@@ -6,7 +6,7 @@ One source (Debezium Avro on Kafka, with duplicates, late and poison messages) i
 then `mirror` and `maintain`, each submitted with `spark-submit --master spark://…`; the tests read what that
 left. Two DMS sources, JSON on a 4-shard Kinesis stream and Parquet files on S3 announced on SQS, are landed by
 one `changelog` submission each from the same package, and the same `mirror` submissions merge their tables
-with the Kafka source's. The bad-input tests each submit a run that must stop at its start.
+with the Kafka source's. The bad-input tests read runs that must stop at their start (one of them lacks two things).
 """
 
 from __future__ import annotations
