@@ -62,21 +62,33 @@ def check_before_start(cfg: PipelineConfig, master: str) -> None:
 
 
 def check_after_start(spark: SparkSession, cfg: PipelineConfig) -> None:
-    """The connector jars on the application's class path, then the executors' Python modules."""
+    """The connector jars on the application's class path and the executors' Python modules, every lack named in
+    one message: a run that lacks both is put right in one round, not found to lack the second after the first."""
+    problems = [problem for problem in (_jar_problem(spark, cfg), _python_problem(spark)) if problem]
+    if problems:
+        raise ClusterError(f"{'; '.join(problems)}; {PROVIDE}")
+
+
+def _jar_problem(spark: SparkSession, cfg: PipelineConfig) -> str | None:
+    """The connector jars missing from the application's class path, and how to add them; None when none is."""
     wanted = {**CONNECTORS, **(S3A if cfg.spark.s3_scheme == "s3a" else {})}
     missing = [artifact for name, artifact in wanted.items() if not _loads(spark, name)]
     if cfg.catalog.type == "glue" and not missing:  # its classes link against Iceberg's: without those, named alone
         missing = [artifact for name, artifact in GLUE.items() if not _loads(spark, name)]
-    if missing:
-        its = "its jar" if len(missing) == 1 else "their jars"
-        raise ClusterError(f"the application's class path lacks {', '.join(missing)}: add {its} to --jars (or "
-                           f"--packages); {PROVIDE}")
+    if not missing:
+        return None
+    its = "its jar" if len(missing) == 1 else "their jars"
+    return f"the application's class path lacks {', '.join(missing)}: add {its} to --jars (or --packages)"
+
+
+def _python_problem(spark: SparkSession) -> str | None:
+    """The modules the executors' Python cannot import, and how to ship them; None when it imports every one."""
     lacking = _executor_lacks(spark)
-    if lacking:
-        raise ClusterError(
-            f"the executors' Python cannot import {', '.join(lacking)}: ship the project with --py-files "
+    if not lacking:
+        return None
+    return (f"the executors' Python cannot import {', '.join(lacking)}: ship the project with --py-files "
             "<package>/pipeline.zip and install <package>/requirements.txt on every node (a bootstrap action, the "
-            f"image, or a packed virtualenv with --archives and spark.pyspark.python); {PROVIDE}")
+            "image, or a packed virtualenv with --archives and spark.pyspark.python)")
 
 
 def _storage_settings(cfg: PipelineConfig) -> list[tuple[str, str | None]]:

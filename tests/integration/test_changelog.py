@@ -230,16 +230,6 @@ def test_sigkill_at_any_point_loses_and_duplicates_nothing(stack, spark, cfg: Pi
     assert dead == sum(n for kind, n in summary.faults.items() if kind.startswith("poison:"))
 
 
-def test_sigterm_finishes_the_batch_and_exits_cleanly(stack, cfg: PipelineConfig, tmp_path: Path) -> None:
-    prefix = f"tm{uuid.uuid4().hex[:6]}"
-    _simulate(cfg, tmp_path, prefix, format="debezium-unwrapped", tables="employees", events=450, snapshot_rows=40)
-    stage = _StageProcess(prefix, tmp_path / "checkpoint")
-    stage.wait_for_batches(1)
-    stage.proc.send_signal(signal.SIGTERM)  # to the driver, as Kubernetes and `docker stop` send it
-    assert stage.proc.wait(timeout=120) == 0, "".join(stage.lines[-30:])
-    assert any("changelog.stopped" in line for line in stage.lines)
-
-
 def test_a_topic_without_a_subject_is_a_clear_error(stack, spark, cfg: PipelineConfig, tmp_path: Path) -> None:
     from confluent_kafka import Producer
 
@@ -349,10 +339,12 @@ class _Proxy:
 
 @dataclass(frozen=True)
 class Outages:
-    """One stage process through a registry outage and then a Kafka outage: its log lines, its exit code after
-    SIGTERM, the registry proxy's and the broker's addresses, and what was sent before, between and after."""
+    """One stage process through a registry outage and then a Kafka outage, then SIGTERM while a last source
+    lands: its log lines, the index of the first one after SIGTERM and its exit code, the registry proxy's and the
+    broker's addresses, and what was sent before, between and after the outages."""
 
     lines: list[str]
+    sigterm_at: int
     exit_code: int
     registry: str
     kafka: str
@@ -363,8 +355,8 @@ class Outages:
 def outages(stack, spark, cfg: PipelineConfig, tmp_path_factory) -> Outages:
     """Clients reconnect to a broker's advertised address, so no proxy can take Kafka away: the stage reads a
     broker of this fixture's own, stopped and restarted on the same port and data folder, and the stack's registry
-    through a proxy that is closed and opened again. One stage process lives through both outages (a JVM less than
-    one each); each test below asserts its own."""
+    through a proxy that is closed and opened again. One stage process lives through both outages, then is sent
+    SIGTERM in the middle of a last source (a JVM less than one each); each test below asserts its own."""
     from pipeline.stack import Stack
 
     tmp_path = tmp_path_factory.mktemp("outages")
@@ -377,11 +369,11 @@ def outages(stack, spark, cfg: PipelineConfig, tmp_path_factory) -> Outages:
     broker.up()
     try:
         run = f"ot{uuid.uuid4().hex[:6]}"
-        first, during_registry, during_kafka = f"{run}a", f"{run}b", f"{run}c"
-        KafkaTransport(own.kafka).prepare([f"{p}.public.employee" for p in (during_registry, during_kafka)])
+        first, during_registry, during_kafka, last = f"{run}a", f"{run}b", f"{run}c", f"{run}d"
+        KafkaTransport(own.kafka).prepare([f"{p}.public.employee" for p in (during_registry, during_kafka, last)])
         sources = {first: _simulate(own, tmp_path, first, format="debezium", tables="employees", events=200,
                                     snapshot_rows=30)[1]}
-        stage = _StageProcess(f"{run}[abc]", tmp_path / "checkpoint",
+        stage = _StageProcess(f"{run}[abcd]", tmp_path / "checkpoint",
                               settings=[f"kafka.bootstrap_servers={kafka.address}",
                                         f"registry.url=http://127.0.0.1:{proxy.port}", "changelog.stall_probe_s=5"])
         stage.wait_for(lambda: any(f"{first}_employee" in line for line in stage.lines if "changelog.batch" in line))
@@ -405,9 +397,13 @@ def outages(stack, spark, cfg: PipelineConfig, tmp_path_factory) -> Outages:
         sources[during_kafka] = _simulate(own, tmp_path, during_kafka, format="debezium", tables="employees",
                                           events=150, snapshot_rows=30)[1]
         stage.wait_for(lambda: len(_landed(spark, cfg, during_kafka, "debezium")) >= sources[during_kafka].count())
+        # three batches of the last source (max_offsets_per_trigger 150): SIGTERM once the first is logged
+        _simulate(own, tmp_path, last, format="debezium-unwrapped", tables="employees", events=450, snapshot_rows=40)
+        stage.wait_for(lambda: any(f"{last}_employee" in line for line in stage.lines if "changelog.batch" in line))
+        sigterm_at = len(stage.lines)
         stage.proc.send_signal(signal.SIGTERM)
         code = stage.proc.wait(timeout=120)
-        return Outages(list(stage.lines), code, f"127.0.0.1:{proxy.port}", kafka.address, sources)
+        return Outages(list(stage.lines), sigterm_at, code, f"127.0.0.1:{proxy.port}", kafka.address, sources)
     finally:
         if stage is not None and stage.proc.poll() is None:
             stage.kill()
@@ -440,6 +436,14 @@ def test_a_kafka_outage_mid_run_is_named_and_waited_out(outages: Outages, spark,
     named = _outage(outages, "kafka", outages.kafka)
     assert any("changelog.recovered" in line for line in outages.lines[named:])  # from this outage
     _nothing_lost_nothing_twice(outages, spark, cfg, list(outages.sources)[1:])  # before it, and sent after it
+
+
+def test_sigterm_finishes_the_batch_and_exits_cleanly(outages: Outages) -> None:
+    """On the outage pair's stage: SIGTERM came once the last source's first batch was logged, with more of it
+    to read, as Kubernetes and `docker stop` send it to the driver."""
+    assert outages.exit_code == 0, "".join(outages.lines[-30:])
+    after_sigterm = outages.lines[outages.sigterm_at:]
+    assert any("changelog.stopped" in line and "SIGTERM" in line for line in after_sigterm), "".join(after_sigterm)
 
 
 def test_a_checkpoint_of_another_subscription_is_a_clear_error(landed_iceberg: dict[str, Landed], spark) -> None:

@@ -6,7 +6,7 @@ One source (Debezium Avro on Kafka, with duplicates, late and poison messages) i
 then `mirror` and `maintain`, each submitted with `spark-submit --master spark://…`; the tests read what that
 left. Two DMS sources, JSON on a 4-shard Kinesis stream and Parquet files on S3 announced on SQS, are landed by
 one `changelog` submission each from the same package, and the same `mirror` submissions merge their tables
-with the Kafka source's. The bad-input tests each submit a run that must stop at its start.
+with the Kafka source's. The bad-input tests read runs that must stop at their start (one of them lacks two things).
 """
 
 from __future__ import annotations
@@ -368,18 +368,20 @@ def test_the_dms_sources_keep_their_state_on_s3_and_nothing_on_a_local_disk(lake
 
 @pytest.fixture(scope="module")
 def refused(lake: Lake) -> dict[str, Submitted]:
-    """The mirror's line with one thing wrong in each, submitted side by side: each must stop at its start."""
+    """The mirror's line with things wrong, submitted side by side: each must stop at its start. A silent master
+    stops it before Spark starts; a missing jar and executors without the requirements are found once the
+    application runs, and one submission lacking both has each named (the start names every lack at once)."""
     silent = list(lake.lines["mirror"])
     silent[silent.index("--master") + 1] = "spark://127.0.0.1:9"  # discard: nothing listens
-    jarless = list(lake.lines["mirror"])
-    at = jarless.index("--jars") + 1
-    jarless[at] = ",".join(jar for jar in jarless[at].split(",") if "iceberg-spark-runtime" not in jar)
-    # the executors run the system's python3, without the requirements; the driver keeps this one
-    bare = [arg.replace(f"spark.pyspark.python={sys.executable}", "spark.pyspark.python=/usr/bin/python3")
-            for arg in lake.lines["mirror"]]
-    bare[1:1] = ["--conf", f"spark.pyspark.driver.python={sys.executable}"]
-    runs = {name: Submission(line) for name, line in (("master", silent), ("jar", jarless), ("python", bare))}
-    return {name: run.finish() for name, run in runs.items()}
+    # the executors run the system's python3, without the requirements (the driver keeps this one), and no Iceberg jar
+    lacking = [arg.replace(f"spark.pyspark.python={sys.executable}", "spark.pyspark.python=/usr/bin/python3")
+               for arg in lake.lines["mirror"]]
+    at = lacking.index("--jars") + 1
+    lacking[at] = ",".join(jar for jar in lacking[at].split(",") if "iceberg-spark-runtime" not in jar)
+    lacking[1:1] = ["--conf", f"spark.pyspark.driver.python={sys.executable}"]
+    runs = {name: Submission(line) for name, line in (("master", silent), ("lacking", lacking))}
+    done = {name: run.finish() for name, run in runs.items()}
+    return {"master": done["master"], "jar": done["lacking"], "python": done["lacking"]}
 
 
 def test_a_master_that_does_not_answer_stops_the_run_at_its_start(refused: dict[str, Submitted]) -> None:
@@ -396,4 +398,5 @@ def test_a_jar_missing_from_jars_is_named(refused: dict[str, Submitted]) -> None
 def test_a_python_dependency_missing_on_the_executors_is_named(refused: dict[str, Submitted]) -> None:
     run = refused["python"]
     assert run.code == 1, run.output[-3000:]
-    assert re.search(r"error: the executors' Python cannot import \w+: ship the project with --py-files", run.output)
+    assert re.search(r"^error: .*the executors' Python cannot import \w+: ship the project with --py-files", run.output,
+                     re.MULTILINE)
