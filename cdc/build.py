@@ -32,10 +32,11 @@ CHECK_FAILED = "first build: a change failed a check"  # raise_error's message, 
 
 
 def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spread: list[Column]) -> DataFrame:
-    """One row per key of canonical `changes` (a truncate keeps one row without a key), resolved and checked
-    in one window over the key's changes in `_seq` order. `deletes_know_values`: the merge layout's rule (a
-    delete's own values stand); else the pending layout's (a soft delete keeps the last values). `spread`: what the changes are shuffled by, key columns or
-    functions of them (the mirror's key buckets, so each bucket's rows are written by one task).
+    """One row per key of canonical `changes` (the truncates keep one row without a key: `truncated` applies
+    them), resolved and checked in one window over the key's changes in `_seq` order. `deletes_know_values`: the
+    merge layout's rule (a delete's own values stand); else the pending layout's (a soft delete keeps the last
+    values). `spread`: what the changes are shuffled by, functions of the key (the mirror's key buckets, so each
+    bucket's rows are written by one task); none: by the key.
 
     A window aggregate per column would cost a rebuild's time again, so the window keeps two: the newest change
     that knows every column (`_whole`), and the list of newer changes that know only some (TOAST placeholders;
@@ -49,7 +50,8 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
         rows = rows.withColumn(UNCHANGED, F.lit(None).cast("array<string>"))
     # The window is partitioned by the spread too, so the shuffle that spreads the rows is the window's own.
     spreads = [f"_spread{i}" for i in range(len(spread))]
-    shuffled = rows.select("*", *[s.alias(n) for s, n in zip(spread, spreads)]).repartition(*spreads) if spread else rows
+    shuffled = (rows.select("*", *[s.alias(n) for s, n in zip(spread, spreads)]).repartition(*spreads) if spread
+                else rows)
     by_key = Window.partitionBy(*spreads, *[column(k) for k in keys]).orderBy(F.col("_seq").asc())
     so_far = by_key.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     data = data_columns(rows.columns, keys)

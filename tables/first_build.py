@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
-def is_first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTable) -> bool:
-    """The mirror has no rows and no pending changes: its state is empty, so its changes alone make it."""
-    pending = pending_table(cfg, spark, target.name)
+def is_first_build(target: IcebergLakeTable, pending: IcebergLakeTable | None) -> bool:
+    """The mirror (`target`, with its `pending` table when it has one) has no rows and no pending changes: its
+    state is empty, so its changes alone make it. A metadata load or two, no scan."""
     return target.is_empty() and (pending is None or pending.is_empty())
 
 

@@ -248,7 +248,14 @@ class IcebergLakeTable:
 
     def is_empty(self) -> bool:
         """No rows (or no table): from the current snapshot's summary, without a scan."""
-        current = self._metadata().currentSnapshot() if self.exists() else None
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            current = self._metadata().currentSnapshot()
+        except Py4JJavaError as exc:
+            if "NoSuchTableException" not in str(exc):
+                raise
+            return True
         return current is None or current.summary().get("total-records") in (None, "0")
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:

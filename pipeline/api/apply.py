@@ -183,7 +183,7 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
         fold(cfg, spark, name)  # back to the merge layout: the pending changes go in first
         spark.sql(f"DROP TABLE {pending.ref}")
         pending = None
-    if isinstance(target, IcebergLakeTable) and not history and is_first_build(cfg, spark, target):
+    if isinstance(target, IcebergLakeTable) and not history and (building or is_first_build(target, pending)):
         read, written = first_build(cfg, spark, target, changes, keys, sequence_by, metadata)
         return Applied(read, written, True)
     # One pass over the new rows, materialised once for the checks, the count and the write (a lost executor
