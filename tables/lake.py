@@ -139,16 +139,8 @@ class IcebergLakeTable:
         return self.spark.catalog.tableExists(self.ref)
 
     def commit_id(self) -> int | None:
-        """None for a table without commits, or without the table: callers ask of tables they know, so a missing
-        one is told by the load's exception, not by asking Spark's catalog first (a lookup more on every call)."""
-        from py4j.protocol import Py4JJavaError
-
-        try:
-            current = self._metadata().currentSnapshot()
-        except Py4JJavaError as exc:
-            if "NoSuchTableException" not in str(exc):
-                raise
-            return None
+        """None for a table without commits, or without the table."""
+        current = self._current_snapshot()
         return int(current.snapshotId()) if current is not None else None
 
     def read(self, as_of: int | str | None = None) -> DataFrame:
@@ -248,14 +240,7 @@ class IcebergLakeTable:
 
     def is_empty(self) -> bool:
         """No rows (or no table): from the current snapshot's summary, without a scan."""
-        from py4j.protocol import Py4JJavaError
-
-        try:
-            current = self._metadata().currentSnapshot()
-        except Py4JJavaError as exc:
-            if "NoSuchTableException" not in str(exc):
-                raise
-            return True
+        current = self._current_snapshot()
         return current is None or current.summary().get("total-records") in (None, "0")
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
@@ -309,6 +294,19 @@ class IcebergLakeTable:
         if removed:
             delete.commit()
         return removed
+
+    def _current_snapshot(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Snapshot
+        """The table's current snapshot; None without commits or without the table: callers ask of tables they
+        know, so a missing one is told by the load's exception, not by asking Spark's catalog first (a lookup
+        more on every call)."""
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            return self._metadata().currentSnapshot()
+        except Py4JJavaError as exc:
+            if "NoSuchTableException" not in str(exc):
+                raise
+            return None
 
     def _has_snapshot(self, snapshot_id: int) -> bool:
         return self._metadata().snapshot(snapshot_id) is not None
