@@ -239,10 +239,9 @@ class IcebergLakeTable:
                 _creating(writer, partition_by, write_mode).create()
 
     def is_empty(self) -> bool:
-        """No rows (or no table): from the current snapshot's summary, without a scan. A summary without the
-        totals (a writer that does not keep them) counts as rows: the incremental path is right for any table."""
+        """No rows (or no table): from the current snapshot's summary, without a scan."""
         current = self._current_snapshot()
-        return current is None or current.summary().get("total-records") == "0"
+        return current is None or current.summary().get("total-records") in (None, "0")
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
         """`source` must be materialised (`localCheckpoint`): Spark 4.1 fails to plan a MERGE whose source
