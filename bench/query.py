@@ -74,9 +74,8 @@ def median_seconds(label: str, action: Callable[[], int], cpu: Callable[[], floa
         times.append(time.perf_counter() - started)
     median = statistics.median(times[WARMUP_RUNS:])
     spent = f", {cpu():.2f} CPU-s the last" if cpu is not None else ""
-    warmup = ", ".join(f"{t:.2f}" for t in times[:WARMUP_RUNS])
-    print(f"{label:<52} {median:6.2f} s  (warm-up: {warmup}; runs: {', '.join(f'{t:.2f}' for t in times[WARMUP_RUNS:])}; "
-          f"{rows} rows{spent})", flush=True)
+    warmup, timed = (", ".join(f"{t:.2f}" for t in part) for part in (times[:WARMUP_RUNS], times[WARMUP_RUNS:]))
+    print(f"{label:<52} {median:6.2f} s  (warm-up: {warmup}; runs: {timed}; {rows} rows{spent})", flush=True)
     return median
 
 

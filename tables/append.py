@@ -170,8 +170,8 @@ class ManyTablesAppender:
             try:
                 session = self.spark._jsparkSession  # type: ignore[attr-defined]
                 loaded = self.many.create(session, table, _nullable(rows.schema).json(),
-                                     "_source_ts" if partition_by_source_time else None,
-                                     {**CREATED, **(created() if created is not None else {})})
+                                          "_source_ts" if partition_by_source_time else None,
+                                          {**CREATED, **(created() if created is not None else {})})
             except Exception:
                 if _loaded(self.spark, table) is None:
                     raise

@@ -41,9 +41,10 @@ def reader_group(kafka: KafkaSettings, checkpoint: str) -> str:
     """The consumer group of the changelog stage's reads of its batches' offset ranges, one per checkpoint
     (`kafka.properties.group.id` when set). Spark keeps an executor's Kafka consumers between reads, by group and
     partition, but gives every read a new group of its own unless one is set: each batch then opened a consumer
-    a partition, and a consumer's first fetch costs ~80 ms (16.8 s of a 200-partition batch, bench/database.py).
+    a partition, and a consumer's first fetch costs 40-80 ms (16.8 s of a 200-partition batch, bench/database.py).
     The reads assign their partitions and commit nothing, so the group coordinates nothing."""
-    return kafka.properties.get("group.id") or f"pipeline-changelog-{hashlib.sha256(checkpoint.encode()).hexdigest()[:16]}"
+    digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    return kafka.properties.get("group.id") or f"pipeline-changelog-{digest}"
 
 
 def spark_options(kafka: KafkaSettings, headers: bool = False) -> dict[str, str]:
