@@ -238,7 +238,7 @@ def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_trun
         spark) -> None:
     """The mirror's reduce (Spark, no table): placeholders take the newest earlier real value; a truncate turns
     every older key, and the mirror's older live rows, into deletes at its position."""
-    from cdc.merge import latest_per_key, truncated
+    from cdc.merge import latest_per_key, truncated, truncates
 
     changes = _changes_around_a_truncate(spark)
     reduced = latest_per_key(changes, ["id"])
@@ -250,7 +250,7 @@ def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_trun
     before = {r["id"]: r for r in reduced.where("id IS NOT NULL").collect()}
     assert (before[1]["body"], before[1]["tags"], before[1]["_unchanged"]) == ("first", "b", [])
     assert before[2]["_unchanged"] == ["body"]  # no real value in the run: the mirror keeps its own
-    after = {r["id"]: r for r in truncated(reduced, ["id"], mirror).collect()}
+    after = {r["id"]: r for r in truncated(reduced, ["id"], mirror, truncates(changes, ["id"])).collect()}
     assert {i: (r["_op"], r["_is_deleted"], r["_seq"]["source_major"]) for i, r in after.items()} == {
         1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60), 4: ("t", True, 50), 5: ("c", False, 70)}
     assert after[4]["body"] == "kept"  # a soft delete keeps the last known values
