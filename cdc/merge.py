@@ -8,8 +8,8 @@
    row, so an older insert arriving later cannot bring it back. Hard deletes remove the row instead.
 4. A column a change names in `_unchanged` (a TOAST placeholder at the source) keeps its last real value: the
    newest earlier change of the batch that carried one, else the mirror's (`latest_per_key`, `merge_clauses`).
-5. A truncate (`_op = 't'`, no key) deletes every row whose newest change is older than it, in the batch and
-   in the mirror (`truncated`); changes after it (inserts) stand.
+5. A truncate (`_op = 't'`, no key) deletes every live row whose newest change is older than it, in the batch
+   and in the mirror, at the first truncate after that change (`truncated`); changes after it (inserts) stand.
 
 The clauses are plain SQL expression strings over the aliases `t` (mirror) and `s` (changes), so one
 definition drives both Iceberg's `MERGE INTO` and Delta's merge builder.
@@ -27,7 +27,7 @@ from cdc.columns import is_pipeline_column, source_columns
 from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.window import WindowSpec
 
 # Changelog columns that describe the transport and the changelog write, not the row: not carried to mirrors.
@@ -81,26 +81,43 @@ def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: Window
                             if c != UNCHANGED], (still if columns else F.col(UNCHANGED)).alias(UNCHANGED))
 
 
-def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None) -> DataFrame:
-    """`reduced` (one change per key, and the newest truncate as the row with no key) with the truncate
-    applied: every key whose change is older than it, and every live `mirror` row older than it, becomes a
-    delete at the truncate's position and source time. Without a truncate, `reduced` as it is."""
+def is_truncate(keys: list[str]) -> Column:
+    """A truncate: `_op = 't'` and no key."""
     from pyspark.sql import functions as F
 
-    is_truncate = functools.reduce(operator.and_, [column(k).isNull() for k in keys], F.col("_op") == TRUNCATE)
-    if reduced.where(is_truncate).isEmpty():
-        return reduced
-    rows = reduced.where(~is_truncate)
+    return functools.reduce(operator.and_, [column(k).isNull() for k in keys], F.col("_op") == TRUNCATE)
+
+
+def truncates(changes: DataFrame, keys: list[str]) -> DataFrame:
+    """Every truncate of `changes` in one row: `_truncates`, an array of (`position`, `seq`, `source_ts`), empty
+    when there is none. Its filter on the key's nulls reaches a table's scan, whose column statistics skip every
+    file without a null key."""
+    from pyspark.sql import functions as F
+
+    at = F.struct(F.expr(POSITION).alias("position"), F.col("_seq").alias("seq"), F.col("_source_ts").alias("ts"))
+    return changes.where(is_truncate(keys)).agg(F.collect_list(at).alias("_truncates"))
+
+
+def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None, at: DataFrame) -> DataFrame:
+    """`reduced` (one change per key; a truncate's row, which names no key, is left out) with the truncates `at`
+    (`truncates` of the changes before their reduce) applied: every live key whose change is older than a
+    truncate, in `reduced` or a live `mirror` row, becomes a delete at the first truncate after that change
+    (its position and source time), keeping its values. A key deleted before it keeps its own delete. The first
+    truncate, not the newest: a key's deletion then does not depend on how the changes were cut into runs."""
+    from pyspark.sql import functions as F
+
+    rows = reduced.where(~is_truncate(keys))
     if mirror is not None:
         live = mirror.where(~F.col("_is_deleted")).join(rows.select(*map(column, keys)), keys, "left_anti")
         rows = rows.unionByName(live.select(*[column(c) if c in live.columns else F.lit(None).cast(kind).alias(c)
                                               for c, kind in rows.dtypes]))
-    at = reduced.where(is_truncate).select(F.col("_seq").alias("_t_seq"), F.col("_source_ts").alias("_t_ts"))
-    older = F.expr(POSITION) < F.struct(F.col("_t_seq.source_major"), F.col("_t_seq.source_minor"))
-    deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": F.col("_t_seq"),
-               "_source_ts": F.col("_t_ts"), "_deleted_at": F.col("_t_ts")}
+    # the oldest truncate after the row (struct arrays order by their first field, the position)
+    first = F.array_min(F.filter("_truncates", lambda t: t["position"] > F.expr(POSITION)))
+    by = first.isNotNull() & ~F.col("_is_deleted")
+    deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": first["seq"],
+               "_source_ts": first["ts"], "_deleted_at": first["ts"]}
     return rows.crossJoin(F.broadcast(at)).select(
-        *[F.when(older, deleted[c]).otherwise(column(c)).alias(c) if c in deleted else column(c) for c in rows.columns])
+        *[F.when(by, deleted[c]).otherwise(column(c)).alias(c) if c in deleted else column(c) for c in rows.columns])
 
 
 @dataclass(frozen=True)
@@ -245,4 +262,4 @@ def state_as_of(changes: DataFrame, keys: list[str], source_time: str) -> DataFr
     from pyspark.sql import functions as F
 
     committed = changes.where(F.col("_source_ts") <= F.to_timestamp(F.lit(source_time)))
-    return truncated(latest_per_key(committed, keys), keys, None).where("NOT _is_deleted")
+    return truncated(latest_per_key(committed, keys), keys, None, truncates(committed, keys)).where("NOT _is_deleted")

@@ -28,7 +28,7 @@ from tables.names import property_list, quote, sql_string
 from tables.partitioning import PartitionField
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriterV2, SparkSession
     from pyspark.sql.types import StructField
 
 log = structlog.get_logger(__name__)
@@ -139,16 +139,8 @@ class IcebergLakeTable:
         return self.spark.catalog.tableExists(self.ref)
 
     def commit_id(self) -> int | None:
-        """None for a table without commits, or without the table: callers ask of tables they know, so a missing
-        one is told by the load's exception, not by asking Spark's catalog first (a lookup more on every call)."""
-        from py4j.protocol import Py4JJavaError
-
-        try:
-            current = self._metadata().currentSnapshot()
-        except Py4JJavaError as exc:
-            if "NoSuchTableException" not in str(exc):
-                raise
-            return None
+        """None for a table without commits, or without the table."""
+        current = self._current_snapshot()
         return int(current.snapshotId()) if current is not None else None
 
     def read(self, as_of: int | str | None = None) -> DataFrame:
@@ -228,12 +220,29 @@ class IcebergLakeTable:
 
     def create(self, like: DataFrame, partition_by: list[PartitionField], write_mode: str) -> None:
         """An empty table shaped like `like`; `write_mode` (copy-on-write / merge-on-read) for row-level writes."""
-        writer = like.limit(0).writeTo(self.ref).using("iceberg").tableProperty("format-version", "2")
-        for operation in ("merge", "update", "delete"):
-            writer = writer.tableProperty(f"write.{operation}.mode", write_mode)
-        if partition_by:
-            writer = writer.partitionedBy(*[field.expression() for field in partition_by])
-        writer.create()
+        _creating(like.limit(0).writeTo(self.ref), partition_by, write_mode).create()
+
+    def build(self, rows: DataFrame, partition_by: list[PartitionField], write_mode: str, metadata: dict[str, str],
+              *, spread: bool) -> None:
+        """`rows` as the first data of the table, with `metadata`, in one commit: a table that does not exist yet
+        is created by that commit (a failed write leaves none behind), an empty one is appended to. `spread`: the
+        caller's tasks hold whole partitions already (a bucket of the key in one task), so the rows are written as
+        they come, a file open per partition a task meets, with no shuffle into the partitions and no sort by
+        partition; else Iceberg distributes them as any write."""
+        writer = rows.writeTo(self.ref)
+        if spread:
+            writer = writer.options(**{"distribution-mode": "none", "fanout-enabled": "true"})
+        with session_conf(self.spark, snapshot_properties(metadata)):
+            if self.exists():
+                writer.append()
+            else:
+                _creating(writer, partition_by, write_mode).create()
+
+    def is_empty(self) -> bool:
+        """No rows (or no table): from the current snapshot's summary, without a scan. A summary without the
+        totals (a writer that does not keep them) counts as rows: the incremental path is right for any table."""
+        current = self._current_snapshot()
+        return current is None or current.summary().get("total-records") == "0"
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
         """`source` must be materialised (`localCheckpoint`): Spark 4.1 fails to plan a MERGE whose source
@@ -287,6 +296,19 @@ class IcebergLakeTable:
             delete.commit()
         return removed
 
+    def _current_snapshot(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Snapshot
+        """The table's current snapshot; None without commits or without the table: callers ask of tables they
+        know, so a missing one is told by the load's exception, not by asking Spark's catalog first (a lookup
+        more on every call)."""
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            return self._metadata().currentSnapshot()
+        except Py4JJavaError as exc:
+            if "NoSuchTableException" not in str(exc):
+                raise
+            return None
+
     def _has_snapshot(self, snapshot_id: int) -> bool:
         return self._metadata().snapshot(snapshot_id) is not None
 
@@ -331,6 +353,16 @@ def java_class(spark: SparkSession, name: str) -> Any:
     from py4j.java_gateway import JavaClass
 
     return JavaClass(name, spark.sparkContext._gateway._gateway_client)  # type: ignore[attr-defined]
+
+
+def _creating(writer: DataFrameWriterV2, partition_by: list[PartitionField], write_mode: str) -> DataFrameWriterV2:
+    """`writer` creating an Iceberg v2 table partitioned by `partition_by`, whose row-level writes use `write_mode`."""
+    writer = writer.using("iceberg").tableProperty("format-version", "2")
+    for operation in ("merge", "update", "delete"):
+        writer = writer.tableProperty(f"write.{operation}.mode", write_mode)
+    if partition_by:
+        writer = writer.partitionedBy(*[field.expression() for field in partition_by])
+    return writer
 
 
 def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:

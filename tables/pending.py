@@ -19,10 +19,10 @@ import structlog
 
 from cdc.merge import UNCHANGED, Relations, fold_clauses, overlay_sql, resolved_sql
 from pipeline.config.settings import PipelineConfig
-from tables.history import append_versions, history_state, overlaid_history, write_versions
+from tables.history import history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
-from tables.names import column, quote, sql_string
+from tables.names import column, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,23 +136,6 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
     if cfg.mirror.scd_type_of(name) == 2:
         return overlaid_history(cfg, spark, base, refs)
     return spark.sql(overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode, refs))
-
-
-def build_base(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: DataFrame,
-               metadata: dict[str, str]) -> None:
-    """The first build of a mirror in this layout: `changes` resolved as a fold resolves them (against the
-    empty base) and appended to the base, with `metadata` in the same commit. Nothing goes through pending."""
-    if cfg.mirror.scd_type_of(base.name) == 2:
-        return append_versions(cfg, spark, base, with_unchanged(changes), metadata)
-    view = f"building_{base.name}"
-    with_unchanged(changes).createOrReplaceTempView(view)
-    keys, columns = overlay_keys(cfg, base.name), state_columns(base)
-    resolved = spark.sql(resolved_sql(columns, keys, Relations(base.ref, quote(view))))
-    if cfg.mirror.delete_mode == "hard":
-        resolved = resolved.where("NOT _is_deleted")
-    with session_conf(spark, snapshot_properties(metadata)):
-        resolved.writeTo(base.ref).append()
-    spark.catalog.dropTempView(view)
 
 
 def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:

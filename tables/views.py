@@ -3,8 +3,8 @@
 - `mirror.<t>_current`: the mirror without soft-deleted rows, the source's current state.
 - `mirror.<t>_deleted`: the soft-deleted rows with `_deleted_at`, what the source deleted and when.
 - `mirror.<t>_history` (SCD2 mirrors): every version of every key; the other two show the current versions.
-- `changelog.<t>_latest`: the newest change per key (by `_seq`), deletes included; a truncate deletes the keys
-  it follows, as in the mirror.
+- `changelog.<t>_latest`: the newest change per key (by `_seq`), deletes included; the first truncate after a
+  live key's change deletes it, as in the mirror.
 
 Spark creates them in the catalog when the catalog keeps views (JDBC, REST and Hive do; Iceberg's Glue catalog
 does not, so there Athena holds them, from `pipeline athena-ddl`). Athena's text is the same view transpiled
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 LATEST_RANK = "_latest_rank"
+# The first truncate after a key's newest change, and its rank among the truncates after it (`latest_change_view`).
+TRUNCATE_SEQ, TRUNCATE_TS, TRUNCATE_RANK = "_truncate_seq", "_truncate_ts", "_truncate_rank"
 
 
 @dataclass(frozen=True)
@@ -131,23 +133,28 @@ def history_views(cfg: PipelineConfig, table: str, columns: list[str], pending: 
 
 
 def latest_change_view(cfg: PipelineConfig, table: str, keys: list[str], columns: list[str]) -> ViewSpec:
-    """The newest change per key, with the table's newest truncate applied as the mirror applies it (a key whose
-    change is older than the truncate shows as deleted by it). Columns are listed, not `*`, so the rank stays
-    out of the view; new columns need the view replaced, which the mirror stage does when it sees them."""
+    """The newest change per key, with the table's truncates applied as the mirror applies them (`truncated`): a
+    key live in its newest change shows as deleted by the first truncate after that change. Columns are listed,
+    not `*`, so the ranks stay out of the view; new columns need the view replaced, which the mirror stage does
+    when it sees them."""
     partition = ", ".join(quote(k) for k in keys)
-    older = ("t._seq IS NOT NULL AND (c._seq.source_major < t._seq.source_major OR (c._seq.source_major = "
-             "t._seq.source_major AND c._seq.source_minor < t._seq.source_minor))")
-    by_truncate = {"_op": sql_string(TRUNCATE), "_is_deleted": "true", "_seq": "t._seq", "_source_ts": "t._source_ts"}
-    listed = ", ".join(f"CASE WHEN {older} THEN {by_truncate[c]} ELSE c.{quote(c)} END AS {quote(c)}"
-                       if c in by_truncate else f"c.{quote(c)}" for c in columns)
+    older = ("c._seq.source_major < t._seq.source_major OR (c._seq.source_major = t._seq.source_major "
+             "AND c._seq.source_minor < t._seq.source_minor)")
+    by_truncate = {"_op": sql_string(TRUNCATE), "_is_deleted": "true", "_seq": TRUNCATE_SEQ,
+                   "_source_ts": TRUNCATE_TS}
+    listed = ", ".join(f"CASE WHEN {TRUNCATE_SEQ} IS NOT NULL THEN {by_truncate[c]} ELSE {quote(c)} END AS {quote(c)}"
+                       if c in by_truncate else quote(c) for c in columns)
 
     def body(on: Relations) -> str:
         changes = (f"SELECT *, row_number() OVER (PARTITION BY {partition} ORDER BY _seq DESC) AS {LATEST_RANK} "
                    f"FROM {on.table} WHERE _op <> {sql_string(TRUNCATE)}")
-        truncate = (f"SELECT _seq, _source_ts, row_number() OVER (ORDER BY _seq DESC) AS {LATEST_RANK} "
-                    f"FROM {on.table} WHERE _op = {sql_string(TRUNCATE)}")
-        return (f"SELECT {listed} FROM ({changes}) c LEFT JOIN ({truncate}) t ON t.{LATEST_RANK} = 1 "
-                f"WHERE c.{LATEST_RANK} = 1")
+        truncates = f"SELECT _seq, _source_ts FROM {on.table} WHERE _op = {sql_string(TRUNCATE)}"
+        in_order = "t._seq.source_major, t._seq.source_minor"
+        paired = (f"SELECT c.*, t._seq AS {TRUNCATE_SEQ}, t._source_ts AS {TRUNCATE_TS}, row_number() OVER "
+                  f"(PARTITION BY {', '.join(f'c.{quote(k)}' for k in keys)} ORDER BY {in_order}) AS {TRUNCATE_RANK} "
+                  f"FROM ({changes}) c LEFT JOIN ({truncates}) t ON NOT c._is_deleted AND ({older}) "
+                  f"WHERE c.{LATEST_RANK} = 1")
+        return f"SELECT {listed} FROM ({paired}) p WHERE {TRUNCATE_RANK} = 1"
 
     return ViewSpec(cfg.changelog.namespace, f"{table}{cfg.mirror.latest_view_suffix}", table, body)
 

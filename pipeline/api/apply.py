@@ -5,7 +5,8 @@ Its parameters are AUTO CDC's (`create_auto_cdc_flow`), and it is the mirror sta
 (`sequence_by="_seq"`, `apply_as_deletes="_is_deleted"`). The changes are first made canonical (`_seq`,
 `_is_deleted`, `_op`, `_source_ts`, `_unchanged`, as the changelog has them), checked (`cdc/validate.py`: nothing
 is written when a check fails), then applied as the table's layout and SCD type say: MERGEd (`cdc/merge.py`),
-appended to the pending table (`tables/pending.py`), or rebuilt into versions (`tables/history.py`).
+appended to the pending table (`tables/pending.py`), or rebuilt into versions (`tables/history.py`). An empty
+Iceberg current-state table is built in one pass instead (`tables/first_build.py`, which checks as it writes).
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from typing import TYPE_CHECKING, Literal
 import structlog
 
 from cdc.columns import is_pipeline_column, source_columns
-from cdc.merge import UNCHANGED, latest_per_key, merge_clauses, prepared, truncated
+from cdc.merge import TRUNCATE, UNCHANGED, is_truncate, latest_per_key, merge_clauses, prepared, truncated, truncates
 from cdc.scd2 import VERSION_COLUMNS, is_history, truncates_as_deletes
 from cdc.validate import ChangeError, check_changes, check_columns, check_key_types
 from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
-from tables.history import with_versions, write_versions
-from tables.lake import LakeTable, lake_table, merge_join_conf, session_conf
+from tables.history import append_versions, with_versions, write_versions
+from tables.first_build import first_build, is_first_build
+from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
 from tables.names import column
-from tables.pending import (aligned, append_pending, build_base, create_pending, fold, mirror_state, pending_table,
-                            with_unchanged)
+from tables.pending import aligned, append_pending, create_pending, fold, mirror_state, pending_table, with_unchanged
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -169,6 +170,8 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
 def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFrame, keys: list[str],
            sequence_by: str, metadata: dict[str, str]) -> Applied:
     """Check canonical `changes` and write them to mirror `name` of `cfg` as its layout and SCD type say."""
+    from pyspark.sql import functions as F
+
     settings, history = cfg.mirror, cfg.mirror.scd_type_of(name) == 2
     target, pending = lake_table(cfg, spark, settings.namespace, name), pending_table(cfg, spark, name)
     appends = settings.layout == "pending" and cfg.lake.format == "iceberg"
@@ -180,6 +183,9 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
         fold(cfg, spark, name)  # back to the merge layout: the pending changes go in first
         spark.sql(f"DROP TABLE {pending.ref}")
         pending = None
+    if isinstance(target, IcebergLakeTable) and not history and (building or is_first_build(target, pending)):
+        read, written = first_build(cfg, spark, target, changes, keys, sequence_by, metadata)
+        return Applied(read, written, True)
     # One pass over the new rows, materialised once for the checks, the count and the write (a lost executor
     # fails the run, and a re-run is safe).
     rows = prepared(changes).localCheckpoint()
@@ -189,7 +195,11 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
         rows = truncates_as_deletes(rows, keys, None if building else mirror_state(cfg, spark, name)).localCheckpoint()
     elif totals.truncates:  # a truncate reads the mirror's live rows: it deletes those older than it
         mirror = mirror_state(cfg, spark, name) if not building else None
-        rows = truncated(latest_per_key(rows, keys), keys, mirror).localCheckpoint()
+        deleted = truncated(latest_per_key(rows, keys), keys, mirror, truncates(rows, keys))
+        # The pending layout keeps every change and adds the truncates' deletes: a change before a truncate still
+        # gives the deleted row its values, as in a first build of the same changes (`tables/first_build.py`).
+        rows = (rows.where(~is_truncate(keys)).unionByName(deleted.where(F.col("_op") == TRUNCATE)) if appends
+                else deleted).localCheckpoint()
     reshaped = False
     if totals.changes:
         for table in (target, pending) if pending is not None else (target,):
@@ -197,8 +207,8 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
         reshaped = _shape(cfg, target, pending, rows, name, appends or history)
         if pending is None and appends:
             pending, reshaped = create_pending(cfg, spark, target, rows), True
-        if pending is not None and building:
-            build_base(cfg, spark, target, rows, metadata)
+        if pending is not None and building:  # an SCD2 mirror's first build (`first_build` makes the others)
+            append_versions(cfg, spark, target, with_unchanged(rows), metadata)
         elif pending is not None:  # every change, not one per key: the overlay orders them as the source did
             append_pending(pending, rows, metadata)
         elif history:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.api.apply import apply_changes
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
@@ -26,7 +27,7 @@ from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from tables.lake import lake_table
-from tables.pending import mirror_state, pending_table
+from tables.pending import fold, mirror_state, pending_table
 from tests.conftest import PROCESS_SETTINGS, REPO
 
 pytestmark = pytest.mark.integration
@@ -273,6 +274,49 @@ def test_tables_merge_at_once_and_one_that_fails_stops_none_of_the_others(landed
     assert all(watermark(lake_table(cfg, spark, cfg.mirror.namespace, table)) is not None for table in merged)
     assert not lake_table(cfg, spark, cfg.mirror.namespace, unkeyed).exists()
     _assert_equal_to_truth(cfg, spark, truth, merged)  # each table's own changes and watermark, in sessions of their own
+
+
+def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed, spark) -> None:
+    """The landed orders table (deletes, TOAST placeholders, truncates, the `coupon` column the source gains) as
+    one first build of every change (`tables/first_build.py`, one pass), and as a first build of the changes up to
+    a source position continued by an incremental run of the rest (appended to pending, then folded). Every row
+    and column is the same: the values deleted rows keep, `_unchanged`, and the truncates' deletions too."""
+    cfg, source, _ = landed
+    table = f"{source.prefix}_orders"
+    key = cfg.mirror.key_columns(table)[0]
+    cfg = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(  # each bucket written by one task, one file
+        update={"partition_by": {table: f"bucket(4, {key})"}, "layout": "pending"})})
+    changes = lake_table(cfg, spark, cfg.changelog.namespace, table).read()
+    # A cut where the incremental part holds some of each: placeholders, deletes, truncates, the new column.
+    cut = changes.where("_op = 't'").selectExpr("min(_seq.source_major)").first()[0] - 1
+    later = changes.where(f"_seq.source_major > {cut}")
+    kinds = later.selectExpr("count_if(_op = 't')", "count_if(size(_unchanged) > 0)", "count_if(_op = 'd')",
+                             "count_if(coupon IS NOT NULL)").first()
+    assert all(kinds), kinds
+    earlier = changes.where(f"_seq.source_major <= {cut}")
+    assert earlier.where("size(_unchanged) > 0 OR _op = 'd'").count() > 0
+    if earlier.where("coupon IS NOT NULL").isEmpty():  # as the changelog was before the source gained it
+        earlier = earlier.drop("coupon")
+
+    def build(tag: str, *parts) -> tuple[dict, dict]:
+        """The mirror's state (the overlay) after applying `parts` in turn, then its base after a fold: by key,
+        without the merge clock (`_merged_at`)."""
+        mirror = _own_mirrors(cfg, tag)
+        for part in parts:
+            apply_changes(spark, f"{mirror.catalog.name}.{mirror.mirror.namespace}.{table}", part, [key], "_seq",
+                          apply_as_deletes="_is_deleted", layout=mirror.mirror.layout, config=mirror)
+        state = {r[key]: r.asDict() for r in mirror_state(mirror, spark, table).drop("_merged_at").collect()}
+        if len(parts) == 1:  # the first build wrote the base alone
+            assert pending_table(mirror, spark, table).read().isEmpty()
+        fold(mirror, spark, table)
+        base = lake_table(mirror, spark, mirror.mirror.namespace, table).read().drop("_merged_at")
+        return state, {r[key]: r.asDict() for r in base.collect()}
+
+    whole, whole_base = build("fb", changes)
+    continued, continued_base = build("fc", earlier, later)
+    assert continued == whole
+    assert continued_base == whole_base
+    assert sum(r["_is_deleted"] for r in whole.values()) > 0
 
 
 @pytest.mark.parametrize("scd_type", [1, 2])

@@ -220,14 +220,16 @@ def test_the_stage_dead_letters_what_cannot_land_with_its_reason(cfg, stack, spa
 
 
 def _changes_around_a_truncate(spark):
-    """Changes of keys 1 and 2 with TOAST placeholders, a truncate, then an insert of key 3."""
+    """Changes of keys 1 and 2 with TOAST placeholders, a delete of key 6, a truncate, an insert of key 7, a second
+    truncate, then an insert of key 3."""
     rows = [  # (id, body, tags, _unchanged, _op, major)
         (1, "first", "a", [], "c", 10), (1, None, "b", ["body"], "u", 20),
         (1, None, None, ["body", "tags"], "u", 30),
-        (2, None, "x", ["body"], "u", 40), (None, None, None, [], "t", 50), (3, "new", "n", [], "c", 60),
+        (2, None, "x", ["body"], "u", 40), (6, "gone", "g", [], "d", 45), (None, None, None, [], "t", 50),
+        (7, "between", "b", [], "c", 52), (None, None, None, [], "t", 55), (3, "new", "n", [], "c", 60),
     ]
     return spark.createDataFrame(
-        [(i, body, tags, unchanged, op, op == "t", datetime(2026, 1, 1) + timedelta(seconds=major), (major, major, 0, n))
+        [(i, body, tags, unchanged, op, op in ("t", "d"), datetime(2026, 1, 1) + timedelta(seconds=major), (major, major, 0, n))
          for n, (i, body, tags, unchanged, op, major) in enumerate(rows)],
         "id int, body string, tags string, _unchanged array<string>, _op string, _is_deleted boolean, "
         "_source_ts timestamp, _seq struct<source_major:long,source_minor:long,transport_partition:int,"
@@ -236,9 +238,10 @@ def _changes_around_a_truncate(spark):
 
 def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_truncate_deletes_older_rows(
         spark) -> None:
-    """The mirror's reduce (Spark, no table): placeholders take the newest earlier real value; a truncate turns
-    every older key, and the mirror's older live rows, into deletes at its position."""
-    from cdc.merge import latest_per_key, truncated
+    """The mirror's reduce (Spark, no table): placeholders take the newest earlier real value; the first truncate
+    after a live key's change, in the run or the mirror, turns it into a delete at that truncate's position; a key
+    deleted before keeps its own delete."""
+    from cdc.merge import latest_per_key, truncated, truncates
 
     changes = _changes_around_a_truncate(spark)
     reduced = latest_per_key(changes, ["id"])
@@ -250,20 +253,21 @@ def test_several_changes_of_a_key_in_one_run_keep_the_last_real_value_and_a_trun
     before = {r["id"]: r for r in reduced.where("id IS NOT NULL").collect()}
     assert (before[1]["body"], before[1]["tags"], before[1]["_unchanged"]) == ("first", "b", [])
     assert before[2]["_unchanged"] == ["body"]  # no real value in the run: the mirror keeps its own
-    after = {r["id"]: r for r in truncated(reduced, ["id"], mirror).collect()}
+    after = {r["id"]: r for r in truncated(reduced, ["id"], mirror, truncates(changes, ["id"])).collect()}
     assert {i: (r["_op"], r["_is_deleted"], r["_seq"]["source_major"]) for i, r in after.items()} == {
-        1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60), 4: ("t", True, 50), 5: ("c", False, 70)}
+        1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60), 4: ("t", True, 50), 5: ("c", False, 70),
+        6: ("d", True, 45), 7: ("t", True, 55)}
     assert after[4]["body"] == "kept"  # a soft delete keeps the last known values
 
 
-def test_the_latest_change_view_applies_the_newest_truncate_like_the_mirror(spark, tmp_path) -> None:
-    """`changelog.<t>_latest` over the same changes: keys older than the truncate show as deleted by it, at its
-    position; the truncate itself, which names no key, is no row of the view."""
+def test_the_latest_change_view_applies_the_truncates_like_the_mirror(spark, tmp_path) -> None:
+    """`changelog.<t>_latest` over the same changes: a key live before a truncate shows as deleted by the first
+    truncate after its change, at its position; the truncates, which name no key, are no rows of the view."""
     changes = _changes_around_a_truncate(spark)
     changes.createOrReplaceTempView("changes_around_a_truncate")
     cfg = load_config(overrides=[f"home={tmp_path}"], environ={})
     view = latest_change_view(cfg, "changes_around_a_truncate", ["id"], changes.columns)
     rows = {r["id"]: r for r in spark.sql(view.select("changes_around_a_truncate")).collect()}
     assert {i: (r["_op"], r["_is_deleted"], r["_seq"]["source_major"]) for i, r in rows.items()} == {
-        1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60)}
+        1: ("t", True, 50), 2: ("t", True, 50), 3: ("c", False, 60), 6: ("d", True, 45), 7: ("t", True, 55)}
     assert rows[1]["_source_ts"] == datetime(2026, 1, 1) + timedelta(seconds=50)

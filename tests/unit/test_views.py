@@ -59,7 +59,8 @@ def test_views_quote_names_a_bare_identifier_cannot_take(tmp_path: Path) -> None
     views = table_views(_cfg(tmp_path), "2024_select", ["order", "select"], columns)
     assert views[0].spark_ddl("lake").startswith("CREATE OR REPLACE VIEW `lake`.`mirror`.`2024_select_current` AS ")
     latest = views[2].spark_ddl("lake")
-    assert "PARTITION BY `order`, `select`" in latest and "c.`a``b`" in latest
+    assert "PARTITION BY `order`, `select`" in latest and "PARTITION BY c.`order`, c.`select`" in latest
+    assert "SELECT `order`, `select`, `a``b`, " in latest
     for view in views:
         sqlglot.parse_one(view.spark_ddl("lake"), read="spark")
         athena = sqlglot.parse_one(view.athena_ddl(), read="athena")

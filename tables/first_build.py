@@ -1,0 +1,79 @@
+"""The first build of an Iceberg current-state mirror (the table does not exist yet, or is empty): its changes
+resolved in one pass (`cdc/build.py`) and written as they come out, in one commit with the watermark.
+
+Why not the incremental path: a first build reads a whole table's changelog, and the incremental path's
+materialisation, two check aggregations, reduce and shuffle into the buckets are each a pass over all of it
+(docs/mirror.md, "The first build"). Here the only shuffle is the window's, by the mirror's key buckets when it is
+bucketed by key, so the write needs none. Then the mirror continues incrementally from the watermark, as after
+any run; in the pending layout its (empty) pending table is created after the base.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cdc.build import built, check_failed
+from cdc.merge import UNCHANGED, prepared, truncated, truncates
+from cdc.validate import check_changes
+from pipeline.config.settings import PipelineConfig
+from tables.lake import IcebergLakeTable
+from tables.names import column, quote
+from tables.pending import aligned, create_pending, pending_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+
+def is_first_build(target: IcebergLakeTable, pending: IcebergLakeTable | None) -> bool:
+    """The mirror (`target`, with its `pending` table when it has one) has no rows and no pending changes: its
+    state is empty, so its changes alone make it. A metadata load or two, no scan."""
+    return target.is_empty() and (pending is None or pending.is_empty())
+
+
+def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTable, changes: DataFrame,
+                keys: list[str], sequence_by: str, metadata: dict[str, str]) -> tuple[int, int]:
+    """Build mirror `target` from canonical `changes` with `metadata` (its watermark) in the same commit; the
+    changes read and the keys written. A change that fails a check stops it with `check_changes`' message, and
+    nothing is committed."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    name, settings = target.name, cfg.mirror
+    pending_layout = settings.layout == "pending"
+    read, written = Observation(f"read_{name}"), Observation(f"written_{name}")
+    observed = changes.observe(read, F.count(F.lit(1)).alias("rows"))
+    partitions, spread = settings.partition_fields(name), _spread(cfg, name, keys)
+    rows = built(observed, keys, deletes_know_values=not pending_layout, spread=spread)
+    at = truncates(changes, keys).localCheckpoint()
+    if at.first()["_truncates"]:
+        rows = truncated(rows, keys, None, at)
+    rows = rows.observe(written, F.count(F.lit(1)).alias("rows"))  # keys, the truncate's row left out
+    if settings.delete_mode == "hard":
+        rows = rows.where("NOT _is_deleted")
+    if not pending_layout:
+        rows = rows.drop(UNCHANGED)
+    if target.exists():  # empty: it takes the columns the source gained, and the rows take its order
+        present = {f.name for f in target.fields()}
+        gained = [f for f in rows.schema.fields if f.name not in present]
+        if gained:
+            target.add_columns(gained)
+        rows = aligned(rows, target.fields()) if pending_layout else rows.select(*[f.name for f in target.fields()])
+    try:
+        target.build(rows, partitions, settings.write_mode, metadata, spread=len(spread) == len(partitions))
+    except Exception as exc:  # noqa: BLE001 - a failed check is told by its message, then explained
+        if check_failed(exc):
+            check_changes(name, prepared(changes), keys, sequence_by)  # raises the ChangeError that names it
+        raise
+    if pending_layout and pending_table(cfg, spark, name) is None:
+        create_pending(cfg, spark, target, target.read())
+    return int(read.get["rows"]), int(written.get["rows"])
+
+
+def _spread(cfg: PipelineConfig, name: str, keys: list[str]) -> list[Column]:
+    """What to shuffle the changes by: the mirror's buckets of a key column (so a bucket is one task's and one
+    file), else nothing (the window's shuffle by key)."""
+    from pyspark.sql import functions as F
+
+    bucket = f"{quote(cfg.catalog.name)}.system.bucket"  # Iceberg's own bucket function, as its writes use it
+    return [F.call_function(bucket, F.lit(field.buckets), column(field.column))
+            for field in cfg.mirror.partition_fields(name) if field.transform == "bucket" and field.column in keys]
