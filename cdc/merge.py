@@ -164,14 +164,47 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
 
 
 def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> MergeClauses:
-    """The MERGE of resolved rows (`resolved_sql`, final values, each newer than or equal to the base row)
-    into the base: replace, insert, and with hard deletes remove the deleted keys."""
-    every = {quote(c): f"s.{quote(c)}" for c in columns}
+    """The MERGE of a mirror's pending changes resolved among themselves (`pending_resolved_sql`, as `s`) into its
+    base (`t`). It finishes `resolved_sql`'s rule against the base row inside the MERGE, so a fold reads the base
+    once: each column from the newest row that knows it (the base on a tie of `_seq`), the deletion columns from
+    the newest row, and a column no row knows listed in `_unchanged`. With hard deletes, a key whose newest row is
+    a delete is removed."""
+    columns = [c for c in columns if c != UNCHANGED]
+    data, knowing = data_columns(columns, keys), knowing_columns(columns, keys)
+    newer = "s._seq > t._seq"
+
+    def base_knows(column: str) -> str:  # a base row knows all it holds but the columns its `_unchanged` lists
+        return f"NOT coalesce(array_contains(t.{UNCHANGED}, {sql_string(column)}), false)" if column in data else "true"
+
+    def resolved(column: str) -> str:
+        newest = f"CASE WHEN {newer} THEN s.{quote(column)} ELSE t.{quote(column)} END"
+        if column not in knowing:
+            return newest
+        seq = known_seq(knowing.index(column))
+        return (f"CASE WHEN {seq} IS NOT NULL AND (NOT ({base_knows(column)}) OR {seq} > t._seq) "
+                f"THEN s.{quote(column)} WHEN {base_knows(column)} THEN t.{quote(column)} ELSE {newest} END")
+
+    unknown = ", ".join(f"CASE WHEN {known_seq(knowing.index(c))} IS NULL AND NOT ({base_knows(c)}) "
+                        f"THEN {sql_string(c)} END" for c in data)
+    update = {**{quote(c): resolved(c) for c in columns}, UNCHANGED: f"filter(array({unknown}), c -> c IS NOT NULL)"}
+    every = {quote(c): f"s.{quote(c)}" for c in [*columns, UNCHANGED]}
     hard = delete_mode == "hard"
-    matched = (Clause("delete", "s._is_deleted", {}),) if hard else ()
+    matched = (Clause("delete", f"s._is_deleted AND {newer}", {}),) if hard else ()
     return MergeClauses(on=" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys),
-                        matched=(*matched, Clause("update", None, every)),
+                        matched=(*matched, Clause("update", None, update)),
                         not_matched=(Clause("insert", "NOT s._is_deleted" if hard else None, every),))
+
+
+def knowing_columns(columns: list[str], keys: list[str]) -> list[str]:
+    """The columns `resolved_sql` takes from the newest row that knows them: all but the key and the deletion
+    columns (`TOMBSTONE`), which the newest row gives."""
+    return [c for c in columns if c not in keys and c not in TOMBSTONE and c != UNCHANGED]
+
+
+def known_seq(index: int) -> str:
+    """The column of `pending_resolved_sql` holding the `_seq` of the newest change that knows knowing column
+    `index`, null when none does: named by position, so no source column can take its name."""
+    return f"_known_seq_{index}"
 
 
 def data_columns(columns: list[str], keys: Sequence[str]) -> list[str]:
@@ -206,6 +239,20 @@ def resolved_sql(columns: list[str], keys: list[str], on: Relations) -> str:
     rows = (f"SELECT {listed}, {UNCHANGED}, 1 AS {FROM_BASE} FROM {on.table} b "
             f"WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE {match}) "
             f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {on.pending}")
+    return _resolution(columns, keys, rows, known_seqs=False)
+
+
+def pending_resolved_sql(columns: list[str], keys: list[str], pending: str) -> str:
+    """`resolved_sql` over the pending changes alone (no base row), and for each knowing column
+    (`knowing_columns`) the `_seq` of the newest change that knows it (`known_seq`): what `fold_clauses` needs
+    to finish the rule against the base row in the MERGE, without reading the base here."""
+    listed = ", ".join(quote(c) for c in columns)
+    return _resolution(columns, keys, f"SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {pending}",
+                       known_seqs=True)
+
+
+def _resolution(columns: list[str], keys: list[str], rows: str, known_seqs: bool) -> str:
+    """`resolved_sql`'s GROUP BY over `rows` (the mirror's `columns`, `_unchanged` and `FROM_BASE`)."""
     data = data_columns(columns, keys)
 
     def knows(column: str) -> str:
@@ -223,8 +270,10 @@ def resolved_sql(columns: list[str], keys: list[str], on: Relations) -> str:
     unknown = ", ".join(f"CASE WHEN max(CASE WHEN {knows(c)} THEN 1 ELSE 0 END) = 0 THEN {sql_string(c)} END"
                         for c in data)
     values = ", ".join(quote(c) if c in keys else value(c) for c in columns)
+    seqs = "".join(f", max(CASE WHEN {knows(c)} THEN _seq END) AS {known_seq(i)}"
+                   for i, c in enumerate(knowing_columns(columns, keys))) if known_seqs else ""
     grouped = ", ".join(quote(k) for k in keys)
-    return (f"SELECT {values}, filter(array({unknown}), c -> c IS NOT NULL) AS {UNCHANGED} "
+    return (f"SELECT {values}, filter(array({unknown}), c -> c IS NOT NULL) AS {UNCHANGED}{seqs} "
             f"FROM ({rows}) u GROUP BY {grouped}")
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from cdc.merge import UNCHANGED, Relations, fold_clauses, overlay_sql, resolved_sql
+from cdc.merge import UNCHANGED, Relations, fold_clauses, overlay_sql, pending_resolved_sql
 from pipeline.config.settings import PipelineConfig
 from tables.history import history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
@@ -156,7 +156,8 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
         pending.remove_files_of(through)
         log.info("mirror.folded", table=base.ref, versions=count, pending_commit=through)
         return count
-    resolved = spark.sql(resolved_sql(columns, keys, pinned)).localCheckpoint()
+    # The changes resolved among themselves; the MERGE finishes the rule against the base rows, its one read of them.
+    resolved = spark.sql(pending_resolved_sql(columns, keys, pinned.pending)).localCheckpoint()
     count = resolved.count()
     if count:
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from cdc.columns import is_pipeline_column, lake_column, source_column, source_columns
 from cdc.decode import BODY, PARSED, VALID
 from cdc.dms_files import FILE_COLUMNS
-from cdc.merge import CHANGELOG_ONLY, FROM_BASE, TOMBSTONE, UNCHANGED
+from cdc.merge import CHANGELOG_ONLY, FROM_BASE, TOMBSTONE, UNCHANGED, known_seq
 from cdc.normalize import META_COLUMNS
 from cdc.scd2 import DROP, VERSION_COLUMNS
 from tables.views import LATEST_RANK, TRUNCATE_RANK, TRUNCATE_SEQ, TRUNCATE_TS
@@ -19,7 +19,8 @@ from tables.views import LATEST_RANK, TRUNCATE_RANK, TRUNCATE_SEQ, TRUNCATE_TS
 # (its own, and the ones Spark and the table formats add): a source column may carry any of these names.
 PIPELINE_COLUMNS = sorted({*META_COLUMNS, *CHANGELOG_ONLY, *TOMBSTONE, *VERSION_COLUMNS, *FILE_COLUMNS, UNCHANGED,
                            FROM_BASE, DROP, LATEST_RANK, TRUNCATE_SEQ, TRUNCATE_TS, TRUNCATE_RANK, VALID, PARSED, BODY,
-                           "_row", "_spark_path", "_metadata", "_commit", "_rank", "_t_seq", "_t_ts", "_deleted", "_file", "_pos", "_change_type"})
+                           "_row", "_spark_path", "_metadata", "_commit", "_rank", known_seq(0), known_seq(119),
+                           "_t_seq", "_t_ts", "_deleted", "_file", "_pos", "_change_type"})
 
 
 def test_every_column_the_pipeline_adds_is_its_own() -> None:
