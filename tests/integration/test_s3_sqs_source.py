@@ -205,7 +205,9 @@ def test_a_schema_is_required_with_a_clear_error(source_spark, stack, cfg: Pipel
 def test_reprocess_a_batch_range_and_its_dry_run(source_spark, stack, cfg: PipelineConfig, tmp_path: Path) -> None:
     place = _place(cfg, notified=True)
     paths = [place.put(f"r/{n}.json", f'{{"id": {n}}}\n'.encode()) for n in range(4)]
-    options = place.options(tmp_path / "checkpoint", maxFilesPerTrigger="2")
+    # A query stopped in the middle of its poll's long wait leaves what that poll still receives in flight: the
+    # late file's message, put just after, came back only after the visibility timeout (60 s by default).
+    options = place.options(tmp_path / "checkpoint", maxFilesPerTrigger="2", **{"sqs.visibilityTimeoutSeconds": "5"})
     first = _run_until_drained(source_spark, options, "id int, _file_path string")
     assert sorted(r["_file_path"] for _, batch in first for r in batch) == sorted(paths)
     in_range = sorted(r["_file_path"] for batch_id, batch in first if batch_id <= 1 for r in batch)
