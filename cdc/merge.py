@@ -186,7 +186,8 @@ def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft
 
     unknown = ", ".join(f"CASE WHEN {known_seq(knowing.index(c))} IS NULL AND NOT ({base_knows(c)}) "
                         f"THEN {sql_string(c)} END" for c in data)
-    update = {**{quote(c): resolved(c) for c in columns}, UNCHANGED: f"filter(array({unknown}), c -> c IS NOT NULL)"}
+    update = {**{quote(c): resolved(c) for c in columns if c not in keys},  # the keys are matched: equal
+              UNCHANGED: f"filter(array({unknown}), c -> c IS NOT NULL)"}
     every = {quote(c): f"s.{quote(c)}" for c in [*columns, UNCHANGED]}
     hard = delete_mode == "hard"
     matched = (Clause("delete", f"s._is_deleted AND {newer}", {}),) if hard else ()
@@ -196,14 +197,14 @@ def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft
 
 
 def knowing_columns(columns: list[str], keys: list[str]) -> list[str]:
-    """The columns `resolved_sql` takes from the newest row that knows them: all but the key and the deletion
-    columns (`TOMBSTONE`), which the newest row gives."""
-    return [c for c in columns if c not in keys and c not in TOMBSTONE and c != UNCHANGED]
+    """The columns (without `_unchanged`) `resolved_sql` takes from the newest row that knows them: all but the
+    key and the deletion columns (`TOMBSTONE`), which the newest row gives."""
+    return [c for c in columns if c not in keys and c not in TOMBSTONE]
 
 
 def known_seq(index: int) -> str:
-    """The column of `pending_resolved_sql` holding the `_seq` of the newest change that knows knowing column
-    `index`, null when none does: named by position, so no source column can take its name."""
+    """The column of `pending_resolved_sql` holding the `_seq` of the newest change that knows the `index`-th of
+    `knowing_columns`, null when none does: named by position, so no source column can take its name."""
     return f"_known_seq_{index}"
 
 

@@ -98,9 +98,9 @@ def aligned(changes: DataFrame, fields: list[StructField]) -> DataFrame:
                             for f in fields])
 
 
-def overlay_refs(base: LakeTable, pending: LakeTable, pinned: str = "") -> Relations:
-    """The relations `overlay_sql` and `resolved_sql` read, the pending table optionally pinned (`VERSION AS OF n`)."""
-    return Relations(base.ref, f"{pending.ref} {pinned}".strip())
+def overlay_refs(base: LakeTable, pending: LakeTable) -> Relations:
+    """The relations `overlay_sql` reads."""
+    return Relations(base.ref, pending.ref)
 
 
 def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFrame:
@@ -150,14 +150,14 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     if through is None:
         return 0
     keys, columns = overlay_keys(cfg, name), state_columns(base)
-    pinned = overlay_refs(base, pending, f"VERSION AS OF {through}")
+    changes = f"{pending.ref} VERSION AS OF {through}"  # the pending changes as of the commit folded
     if cfg.mirror.scd_type_of(name) == 2:
-        count = write_versions(cfg, spark, base, pinned.pending, {WATERMARK: merged[1]} if merged else {})
+        count = write_versions(cfg, spark, base, changes, {WATERMARK: merged[1]} if merged else {})
         pending.remove_files_of(through)
         log.info("mirror.folded", table=base.ref, versions=count, pending_commit=through)
         return count
     # The changes resolved among themselves; the MERGE finishes the rule against the base rows, its one read of them.
-    resolved = spark.sql(pending_resolved_sql(columns, keys, pinned.pending)).localCheckpoint()
+    resolved = spark.sql(pending_resolved_sql(columns, keys, changes)).localCheckpoint()
     count = resolved.count()
     if count:
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
