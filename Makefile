@@ -59,8 +59,9 @@ demo-trino: setup
 	$(TRINO_DEMO) query --engine trino \
 		'SELECT nationality, count(*) AS artists FROM "mirror"."moma_artists_current" GROUP BY 1 ORDER BY 2 DESC LIMIT 5'
 # After `make demo`: the same MoMA topics on the stack's Spark standalone cluster (a master and two workers, each
-# executor a JVM of its own), every stage submitted with spark-submit from what `pipeline package` wrote; tables and
-# checkpoints on moto's S3 and Glue, in namespaces of their own. The keys are moto's; on AWS the nodes' role serves.
+# executor a JVM of its own), every stage submitted with spark-submit from what `pipeline package --environment`
+# wrote (the executors' Python a packed virtualenv); tables and checkpoints on moto's S3 and Glue, in namespaces of
+# their own. The keys are moto's; on AWS the nodes' role serves.
 CLUSTER_DEMO := $(PY) -m pipeline --set catalog.type=glue --set catalog.warehouse=s3://demo-landing/cluster \
 	--set changelog.checkpoint=s3a://demo-landing/cluster/checkpoints --set changelog.namespace=cluster_changelog \
 	--set mirror.namespace=cluster_mirror --set mirror.pending_namespace=cluster_pending \
@@ -68,7 +69,7 @@ CLUSTER_DEMO := $(PY) -m pipeline --set catalog.type=glue --set catalog.warehous
 SUBMIT := AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test .pipeline/package/submit.sh
 demo-cluster: setup
 	$(PY) -m pipeline stack up --with spark-cluster
-	$(CLUSTER_DEMO) package --python $(abspath $(PY))
+	$(CLUSTER_DEMO) package --environment
 	$(SUBMIT) changelog --until-caught-up
 	$(SUBMIT) mirror
 	$(SUBMIT) maintain

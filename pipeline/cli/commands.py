@@ -46,10 +46,13 @@ def cmd_package(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.runtime import package
     from pipeline.stack.spark_cluster import master_url
 
-    built = package.build(cfg.jars_dir, args.out or cfg.home / "package")
+    built = package.build(cfg.jars_dir, args.out or cfg.home / "package", args.environment)
     print(f"code:         {built.code}  (--py-files)")
     print(f"jars:         {len(built.jars)} in {built.jars[0].parent}  (--jars)")
-    print(f"requirements: {built.requirements}  (every node's Python needs them)")
+    if built.environment:
+        print(f"environment:  {built.environment}  (--archives: requirements.txt for the executors' Python)")
+    else:
+        print(f"requirements: {built.requirements}  (every node's Python needs them)")
     settings, master = package.passed_on(args.overrides), args.master or master_url(cfg)
     print(f"submit:       {built.script(master, settings, args.config, args.python)} <stage> [options]")
     for stage in package.STAGES:

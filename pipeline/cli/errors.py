@@ -3,6 +3,7 @@
 from pipeline.stages.changelog import StageError
 from pipeline.runtime.cluster import ClusterError
 from pipeline.runtime.jvm import SetupError
+from pipeline.runtime.package import PackageError
 from pipeline.config.kafka import KafkaUnavailable
 from pipeline.stages.mirror import MirrorError
 from pipeline.ops.smoke import SmokeError
@@ -18,4 +19,5 @@ from simulators.transport import TransportError
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
     KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError, TrinoError, ClusterError,
+    PackageError,
 )

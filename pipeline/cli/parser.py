@@ -33,8 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "and print the stages' spark-submit lines")
     package.add_argument("--out", type=Path, help="the folder to write (default: <home>/package)")
     package.add_argument("--master", help="the cluster's master URL (default: the stack's Spark cluster)")
-    package.add_argument("--python", help="the executors' Python interpreter (spark.pyspark.python), when the "
-                         "nodes' python3 lacks requirements.txt")
+    python = package.add_mutually_exclusive_group()
+    python.add_argument("--python", help="the executors' Python interpreter (spark.pyspark.python), when the "
+                        "nodes' python3 lacks requirements.txt")
+    python.add_argument("--environment", action="store_true",
+                        help="pack requirements.txt into a virtualenv of this Python (environment.tar.gz) that "
+                        "--archives unpacks beside each executor, for nodes without the requirements")
     package.set_defaults(handler=commands.cmd_package)
 
     stack = subcommands.add_parser("stack", help="the embedded Kafka, Apicurio Registry and moto server (when asked "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 from urllib.parse import urlparse
 
 from pipeline.config.settings import PipelineConfig
@@ -125,11 +125,19 @@ def _loads(spark: SparkSession, class_name: str) -> bool:
 def _executor_lacks(spark: SparkSession) -> list[str]:
     """Modules some executor cannot import, by a small job on every core; a Python worker that cannot even start
     (Spark's worker daemon imports `pipeline`) names the module in its error."""
+    import pyarrow as pa
+
     modules = EXECUTOR_MODULES
     slots = max(spark.sparkContext.defaultParallelism, 2)
-    try:
-        found = spark.sparkContext.parallelize(range(slots), slots).flatMap(
-            lambda _: [name for name in modules if importlib.util.find_spec(name) is None]).distinct().collect()
+
+    def lacking(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            missing = [name for name in modules if importlib.util.find_spec(name) is None]
+            yield pa.record_batch([pa.array(missing, pa.string())], names=["module"])
+
+    try:  # DataFrame code, as the sources' reads: run by the Python they run (spark.sql.execution.pyspark.python)
+        found = [row.module for row in spark.range(slots, numPartitions=slots).mapInArrow(lacking, "module string")
+                 .distinct().collect()]
     except Exception as exc:  # the job failed: the worker's own error says which import
         named = _NO_MODULE.findall(str(exc))
         if not named:

@@ -3,33 +3,48 @@
 A cluster's executors are other processes on other hosts: nothing on the driver's disk or in its virtualenv
 reaches them except what the submission ships. So the folder holds the project's packages as one zip for
 `--py-files`, every connector jar and the pipeline's own Spark functions for `--jars`, the entry script, the
-pinned Python requirements the nodes must have (installed by a bootstrap action, baked into an image, or packed
-into a virtualenv for `--archives`, docs/operations.md), and the `spark-submit` lines of the stages.
+pinned Python requirements the nodes must have (installed by a bootstrap action or baked into an image; or, with
+`--environment`, packed here into a virtualenv that `--archives` unpacks beside each executor, as EMR Serverless
+documents), and the `spark-submit` lines of the stages.
 """
 
 from __future__ import annotations
 
 import shlex
 import shutil
+import subprocess
+import sys
+import tempfile
+import venv
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
+import structlog
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from pipeline.config.redaction import is_secret_key
 from pipeline.runtime import jvm
 
+log = structlog.get_logger(__name__)
+
 PROJECT = "cdc-lakehouse-pipeline"
 PACKAGES = ("pipeline", "cdc", "tables", "registry", "simulators")
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER_PROVIDED = {"pyspark"}  # Spark's own Python comes with the cluster's Spark, matching its JVM
+# Not for the nodes: Spark's own Python comes with the cluster's Spark, matching its JVM; moto is the embedded stack's.
+NOT_ON_NODES = {"pyspark", "moto"}
+ENVIRONMENT = "environment"  # the packed virtualenv's folder beside each executor (`--archives <file>#environment`)
 STAGES = ("changelog", "mirror", "maintain")
 ENTRY = "from pipeline.cli.main import main\n\nraise SystemExit(main())\n"
 # Under spark-submit the master and the jars are the submission's: the pipeline must not set its own.
 SUBMITTED = ("spark.master=", "spark.connector_jars=submit")
+
+
+class PackageError(RuntimeError):
+    """The package could not be written; the message says what it lacked."""
 
 
 @dataclass(frozen=True)
@@ -39,13 +54,24 @@ class Package:
     entry: Path  # the application file
     jars: list[Path]  # --jars
     requirements: Path
+    environment: Path | None = None  # --archives: the requirements in a packed virtualenv
 
     def submit(self, master: str, stage: str, settings: Sequence[str] = (), config: Path | None = None,
                python: str | None = None) -> list[str]:
         """The `spark-submit` command line of one stage; `python`: the executors' interpreter, when the
-        nodes' default `python3` lacks the requirements."""
+        nodes' default `python3` lacks the requirements.
+
+        With a packed environment the executors' Python code (the sources' reads, the start's check: all of it
+        DataFrame code) runs its Python (`spark.sql.execution.pyspark.python`), unpacked beside each executor. The
+        driver and the Python workers it starts itself (the planners of Python data sources) run this Python: in
+        client mode they run here, where the driver's copy of the archive is not in the working folder."""
         spark_submit = jvm.spark_home() / "bin" / "spark-submit"
-        conf = ["--conf", f"spark.pyspark.python={python}"] if python else []
+        if self.environment:
+            conf = ["--archives", f"{self.environment}#{ENVIRONMENT}",
+                    "--conf", f"spark.sql.execution.pyspark.python=./{ENVIRONMENT}/bin/python",
+                    "--conf", f"spark.pyspark.python={python or sys.executable}"]
+        else:
+            conf = ["--conf", f"spark.pyspark.python={python}"] if python else []
         options = [*(["--config", str(config)] if config else []),
                    *[arg for setting in (*SUBMITTED, *settings) for arg in ("--set", setting)]]
         return [str(spark_submit), "--master", master, "--jars", ",".join(str(jar) for jar in self.jars),
@@ -63,8 +89,9 @@ class Package:
         return script
 
 
-def build(jars_dir: Path, folder: Path) -> Package:
-    """Write the package into `folder` (replacing an earlier one) and describe it."""
+def build(jars_dir: Path, folder: Path, environment: bool = False) -> Package:
+    """Write the package into `folder` (replacing an earlier one) and describe it; with `environment`, the
+    requirements packed into a virtualenv too."""
     resolved = jvm.spark_jars(jars_dir)  # first: says what to run when `pipeline setup` has not
     folder.mkdir(parents=True, exist_ok=True)
     code = folder / "pipeline.zip"
@@ -85,14 +112,48 @@ def build(jars_dir: Path, folder: Path) -> Package:
         jars.append(jar_folder / jar.name)
     requirements = folder / "requirements.txt"
     requirements.write_text("".join(f"{line}\n" for line in pinned_requirements()))
-    return Package(folder, code, entry, jars, requirements)
+    packed = pack_environment(requirements, folder / f"{ENVIRONMENT}.tar.gz") if environment else None
+    return Package(folder, code, entry, jars, requirements, packed)
 
 
 def pinned_requirements() -> list[str]:
-    """The project's runtime dependencies at the versions installed here, without what the cluster brings."""
-    wanted = [Requirement(text) for text in metadata.requires(PROJECT) or []]
-    return [f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}=={metadata.version(req.name)}"
-            for req in wanted if req.marker is None and req.name.lower() not in CLUSTER_PROVIDED]
+    """Every distribution the project's runtime dependencies need, at the version installed here, without what
+    the nodes must not take: what was tested is what a node installs (`pip install --no-deps -r`)."""
+    extras: dict[str, set[str]] = {}  # each distribution needed, with the extras asked of it
+    wanted = [req for req in map(Requirement, metadata.requires(PROJECT) or []) if req.marker is None]  # not `dev`
+    while wanted:
+        req = wanted.pop()
+        name = canonicalize_name(req.name)
+        if name in NOT_ON_NODES or (name in extras and req.extras <= extras[name]):
+            continue
+        extras[name] = extras.get(name, set()) | req.extras
+        asked = [{"extra": extra} for extra in extras[name] or {""}]
+        wanted += [sub for sub in map(Requirement, metadata.requires(name) or [])
+                   if sub.marker is None or any(sub.marker.evaluate(environment) for environment in asked)]
+    return [f"{name}{'[' + ','.join(sorted(extras[name])) + ']' if extras[name] else ''}=={metadata.version(name)}"
+            for name in sorted(extras)]
+
+
+def pack_environment(requirements: Path, output: Path) -> Path:
+    """A virtualenv of this Python holding exactly `requirements`, packed by venv-pack into `output`.
+
+    Its `bin/python` links to this Python's own path, so the nodes need that Python at that path: build it on the
+    nodes' OS image (AWS's guide for EMR Serverless builds on Amazon Linux with the release's Python)."""
+    import venv_pack
+
+    with tempfile.TemporaryDirectory(prefix="pipeline-environment-") as scratch:
+        prefix = Path(scratch) / ENVIRONMENT
+        venv.EnvBuilder(symlinks=True).create(prefix)  # no pip of its own: this Python's pip installs into it
+        log.info("package.environment_install", requirements=str(requirements))
+        installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install",
+                                    "--quiet", "--no-deps", "--requirement", str(requirements)],
+                                   capture_output=True, text=True)
+        if installed.returncode != 0:
+            raise PackageError(f"pip could not install {requirements} into the packed environment (it needs the "
+                               f"package index or its cache): {installed.stderr.strip()[-2000:]}")
+        log.info("package.environment_pack", output=str(output))
+        venv_pack.pack(prefix=str(prefix), output=str(output), force=True)
+    return output
 
 
 def passed_on(overrides: Sequence[str]) -> list[str]:

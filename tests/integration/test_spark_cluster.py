@@ -5,8 +5,10 @@ writes, and every file the stages write on S3 (moto, through S3A and Iceberg's S
 One source (Debezium Avro on Kafka, with duplicates, late and poison messages) is landed once by `changelog`,
 then `mirror` and `maintain`, each submitted with `spark-submit --master spark://…`; the tests read what that
 left. Two DMS sources, JSON on a 4-shard Kinesis stream and Parquet files on S3 announced on SQS, are landed by
-one `changelog` submission each from the same package, and the same `mirror` submissions merge their tables
-with the Kafka source's. The bad-input tests read runs that must stop at their start (one of them lacks two things).
+`changelog` submissions from the same package (the Kinesis one with its Python dependencies in the packed
+virtualenv `package --environment` writes; the s3-sqs one killed in the middle of a batch and submitted again), and
+the same `mirror` submissions merge their tables with the Kafka source's. The bad-input tests read runs that must
+stop at their start (one of them lacks two things).
 """
 
 from __future__ import annotations
@@ -114,18 +116,42 @@ def _simulated_dms(cfg: PipelineConfig, root: str, folder: Path) -> DmsSources:
                       {p: summary for p, (_, summary) in simulated.items()}, {})
 
 
-def _land_dms(dms: DmsSources, changelog: list[str]) -> None:
-    landings = {
-        dms.stream: ["changelog.source=kinesis", f"kinesis.streams={dms.stream}", "kinesis.fetch_interval_ms=0",
-                     "kinesis.max_fetch_records_per_shard=50"],  # two batches: each spreads its shards anew
-        dms.bucket: ["changelog.source=s3-sqs", f"dms_files.bucket={dms.bucket}", f"dms_files.queue={dms.bucket}",
-                     "dms_files.long_polling_wait_s=1", "dms_files.max_files_per_trigger=16",
-                     "dms_files.options.queueFetchWaitTimeoutSeconds=2"]}  # two batches: the file log published twice
-    for prefix, settings in landings.items():
-        run = submit(_with_settings(changelog, [f"changelog.checkpoint={dms.checkpoints[prefix]}", *settings]),
-                     "--until-caught-up")
+def _land_dms(dms: DmsSources, changelog: list[str], packed: list[str], s3) -> None:
+    """The Kinesis source by the packed environment's line; the s3-sqs one's driver killed while its second batch
+    runs (planned, its file log published, not committed), then the same line submitted again."""
+    kinesis = ["changelog.source=kinesis", f"kinesis.streams={dms.stream}", "kinesis.fetch_interval_ms=0",
+               "kinesis.max_fetch_records_per_shard=50"]  # two batches: each spreads its shards anew
+    files = ["changelog.source=s3-sqs", f"dms_files.bucket={dms.bucket}", f"dms_files.queue={dms.bucket}",
+             "dms_files.long_polling_wait_s=1", "dms_files.max_files_per_trigger=16",
+             "dms_files.options.queueFetchWaitTimeoutSeconds=2"]  # two batches: the file log published twice
+    dms.runs[dms.stream] = submit(_with_settings(packed, [f"changelog.checkpoint={dms.checkpoints[dms.stream]}",
+                                                          *kinesis]), "--until-caught-up")
+    line = _with_settings(changelog, [f"changelog.checkpoint={dms.checkpoints[dms.bucket]}", *files])
+    killed = Submission(line, "--until-caught-up")
+    _batch_in_flight(s3, dms.checkpoints[dms.bucket], 1, killed)
+    killed.kill()
+    dms.runs[f"{dms.bucket}-killed"] = Submitted(killed.proc.returncode, killed.log.read_text(errors="replace"))
+    dms.runs[dms.bucket] = submit(line, "--until-caught-up")
+    for prefix in (dms.stream, dms.bucket):
+        run = dms.runs[prefix]
         assert run.code == 0, f"changelog of {prefix} on the cluster failed:\n{run.output[-4000:]}"
-        dms.runs[prefix] = run
+
+
+def _batch_in_flight(s3, checkpoint: str, batch: int, run: Submission) -> None:
+    """Returns once the query's checkpoint on S3 has planned `batch` (its offsets written) and not committed it."""
+    bucket, prefix = checkpoint.removeprefix("s3a://").split("/", 1)
+
+    def exists(key: str) -> bool:
+        return s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/{key}")["KeyCount"] > 0
+
+    deadline = time.monotonic() + SUBMIT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert run.proc.poll() is None, run.log.read_text(errors="replace")[-3000:]
+        if exists(f"offsets/{batch}"):
+            assert not exists(f"commits/{batch}"), f"batch {batch} committed before the driver could be killed"
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"batch {batch} was never planned")
 
 
 class Lake(NamedTuple):
@@ -133,6 +159,7 @@ class Lake(NamedTuple):
     settings: list[str]  # the stages' settings, as `package` carries them into each submission
     lines: dict[str, list[str]]  # the spark-submit line of each stage, as `package` printed it
     package: Path
+    packed: dict[str, list[str]]  # the lines `package --environment` printed: the executors' Python in an archive
     truth: TruthStore
     runs: dict[str, Submitted]
     dms: DmsSources
@@ -141,6 +168,20 @@ class Lake(NamedTuple):
 def _pipeline(settings: list[str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], *args],
                           cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+class Packaging:
+    """`pipeline package` writing into `out`, in the background; `lines()` waits and gives each stage's line."""
+
+    def __init__(self, settings: list[str], out: Path, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)],
+                                      "package", "--out", str(out), *args], cwd=REPO, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def lines(self) -> dict[str, list[str]]:
+        printed, errors = self.proc.communicate(timeout=SUBMIT_TIMEOUT_S)
+        assert self.proc.returncode == 0, errors
+        return {stage: shlex.split(line) for stage, line in re.findall(r"^# (\w+)\n(.+)$", printed, re.MULTILINE)}
 
 
 class Submission:
@@ -210,9 +251,8 @@ def lake(cluster: Stack, cfg: PipelineConfig, tmp_path_factory) -> Lake:
                 f"mirror.namespace={prefix}_mirror", f"mirror.pending_namespace={prefix}_pending",
                 f"mirror.tables={','.join([*tables, *dms.tables(dms.stream), *dms.tables(dms.bucket)])}",
                 *dms.mirror_settings()]
-    printed = _pipeline(settings, "package", "--out", str(folder / "package"), "--python", sys.executable)
-    assert printed.returncode == 0, printed.stderr
-    lines = {stage: shlex.split(line) for stage, line in re.findall(r"^# (\w+)\n(.+)$", printed.stdout, re.MULTILINE)}
+    packing = Packaging(settings, folder / "package-environment", "--environment")  # while the Kafka source lands
+    lines = Packaging(settings, folder / "package", "--python", sys.executable).lines()
     workers = [s for s in cluster.services if isinstance(s, SparkWorker)]
     runs = {}
     # the driver dies in the middle of a batch; the next submission resumes from the checkpoint on S3
@@ -225,7 +265,8 @@ def lake(cluster: Stack, cfg: PipelineConfig, tmp_path_factory) -> Lake:
     os.kill(pid, signal.SIGKILL)
     runs["changelog"] = second.finish()
     runs["changelog-killed-executor"] = Submitted(0, f"{worker.name} {pid}")
-    _land_dms(dms, lines["changelog"])
+    packed = packing.lines()
+    _land_dms(dms, lines["changelog"], packed["changelog"], s3)
     # a worker dies during the mirror, with its executors: the run fails or retries; it is restarted and run again
     mirror = Submission(lines["mirror"])
     doomed = next(w for w in workers if w.name == "spark-worker-2")
@@ -242,7 +283,7 @@ def lake(cluster: Stack, cfg: PipelineConfig, tmp_path_factory) -> Lake:
     runs["maintain"] = submit(lines["maintain"], "--tables", dms.tables(dms.stream)[0])
     for stage in ("changelog", "mirror", "maintain"):
         assert runs[stage].code == 0, f"{stage} on the cluster failed:\n{runs[stage].output[-4000:]}"
-    return Lake(prefix, settings, lines, folder / "package", truth, runs, dms)
+    return Lake(prefix, settings, lines, folder / "package", packed, truth, runs, dms)
 
 
 def test_the_stack_runs_a_master_with_two_workers_and_shows_its_web_ui(cluster: Stack) -> None:
@@ -346,6 +387,31 @@ def test_the_kinesis_shards_were_read_on_both_workers(lake: Lake, cluster: Stack
                for worker in workers}
     assert all(read_by.values()), read_by
     assert len(set().union(*read_by.values())) == 4, read_by
+
+
+def test_the_packed_environment_gave_the_kinesis_executors_their_python(lake: Lake, cluster: Stack) -> None:
+    """Its line names no Python of this machine for the executors: they ran `./environment/bin/python`, unpacked
+    beside each from `--archives`, and read the shards with the dependencies it holds."""
+    line = lake.packed["changelog"]
+    archive = Path(line[line.index("--archives") + 1].removesuffix("#environment"))
+    assert archive.name == "environment.tar.gz" and archive.is_file()
+    assert "spark.sql.execution.pyspark.python=./environment/bin/python" in line
+    assert f"spark.pyspark.python={sys.executable}" in line  # the driver and its planners run here, beside spark-submit
+    assert "moto==" not in (archive.parent / "requirements.txt").read_text()  # the embedded stack's, not a node's
+    app = lake.dms.runs[lake.dms.stream].app_id
+    for worker in (s for s in cluster.services if isinstance(s, SparkWorker)):
+        unpacked = list((worker.folder / "work" / app).glob("*/environment/lib/python3.*/site-packages/rocksdict"))
+        assert unpacked, f"no executor of {app} on {worker.name} unpacked the environment"
+
+
+def test_an_s3_sqs_driver_killed_mid_batch_resumes_from_its_state_on_s3(lake: Lake) -> None:
+    """Killed while batch 1 ran, planned from the file log it had published; the next submission ran that batch
+    again from the checkpoint and the file log on S3. The DMS test holds the rows to the truth, each once."""
+    dms = lake.dms
+    killed, resumed = dms.runs[f"{dms.bucket}-killed"], dms.runs[dms.bucket]
+    assert killed.code == -signal.SIGKILL, killed.output[-3000:]  # batch 0 committed, batch 1 not (`_batch_in_flight`)
+    assert re.search(r"changelog\.batch .*batch=1\b", resumed.output), resumed.output[-3000:]
+    assert not re.search(r"changelog\.batch .*batch=0\b", resumed.output), resumed.output[-3000:]
 
 
 def test_the_dms_sources_keep_their_state_on_s3_and_nothing_on_a_local_disk(lake: Lake, cfg: PipelineConfig) -> None:

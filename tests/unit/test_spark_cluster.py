@@ -4,6 +4,7 @@ run starts (what the executors could not reach, a master that does not answer)."
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,11 +94,12 @@ def test_a_master_that_does_not_answer_is_named_with_the_way_to_start_it(tmp_pat
         check_before_start(cfg, f"spark://127.0.0.1:{silent},127.0.0.1:{port}")  # a standby master answers
 
 
-def test_the_package_pins_what_the_nodes_python_needs_but_not_the_clusters_own_spark() -> None:
+def test_the_package_pins_all_the_nodes_python_needs_but_not_the_clusters_own_spark_nor_the_stacks_moto() -> None:
     pins = package.pinned_requirements()
     names = {pin.split("==")[0].split("[")[0] for pin in pins}
     assert {"delta-spark", "pyiceberg", "boto3", "rocksdict", "pyarrow", "structlog"} <= names
-    assert "pyspark" not in names and "pytest" not in names
+    assert {"botocore", "numpy", "pydantic-core"} <= names  # what those need in turn: a node installs with --no-deps
+    assert not {"pyspark", "py4j", "moto", "flask", "pytest"} & names
     assert all("==" in pin for pin in pins)
 
 
@@ -116,6 +118,15 @@ def test_a_submission_carries_the_settings_but_no_secret_and_lets_spark_submit_d
     application = line[line.index(str(tmp_path / "main.py")) + 1:]
     assert application == ["--config", "pipeline.toml", "--set", "spark.master=", "--set", "spark.connector_jars=submit",
                            "--set", "catalog.type=glue", "--set", "mirror.tables=a,b", "mirror"]
+
+
+def test_a_packed_environment_gives_the_executors_its_python_and_the_driver_this_one(tmp_path: Path) -> None:
+    built = package.Package(tmp_path, tmp_path / "pipeline.zip", tmp_path / "main.py", [tmp_path / "a.jar"],
+                            tmp_path / "requirements.txt", tmp_path / "environment.tar.gz")
+    line = built.submit("spark://m:7077", "changelog")
+    assert line[line.index("--archives") + 1] == f"{tmp_path / 'environment.tar.gz'}#environment"
+    assert "spark.sql.execution.pyspark.python=./environment/bin/python" in line  # the executors' DataFrame Python
+    assert f"spark.pyspark.python={sys.executable}" in line  # the driver's, and its own workers' (the planners)
 
 
 def test_python_workers_find_the_shipped_code_by_name_on_executors_and_by_path_on_the_driver(tmp_path: Path) -> None:
