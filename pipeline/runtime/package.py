@@ -37,6 +37,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # Not for the nodes: Spark's own Python comes with the cluster's Spark, matching its JVM; moto is the embedded stack's.
 NOT_ON_NODES = {"pyspark", "moto"}
 ENVIRONMENT = "environment"  # the packed virtualenv's folder beside each executor (`--archives <file>#environment`)
+# A cluster's driver plans, tracks offsets and commits; it runs no task. Its code is broad and never hot, so C2's
+# compiles cost it more CPU than they return: 6.8-7.7 CPU-s per million events in bench/cluster.py's measured batches
+# against 1.4-1.7 with C1 alone, with no more CPU spent on the work itself (docs/benchmarks.md, the cluster). C1
+# alone reserves 48 MiB of code cache, which a maintain run filled (the JIT then stops): 128 MiB.
+CLUSTER_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m"
 STAGES = ("changelog", "mirror", "maintain")
 ENTRY = "from pipeline.cli.main import main\n\nraise SystemExit(main())\n"
 # Under spark-submit the master and the jars are the submission's: the pipeline must not set its own.
@@ -74,7 +79,8 @@ class Package:
             conf = ["--conf", f"spark.pyspark.python={python}"] if python else []
         options = [*(["--config", str(config)] if config else []),
                    *[arg for setting in (*SUBMITTED, *settings) for arg in ("--set", setting)]]
-        return [str(spark_submit), "--master", master, "--jars", ",".join(str(jar) for jar in self.jars),
+        driver = [] if master.startswith("local") else ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS]
+        return [str(spark_submit), "--master", master, *driver, "--jars", ",".join(str(jar) for jar in self.jars),
                 "--py-files", str(self.code), *conf, str(self.entry), *options, stage]
 
 

@@ -31,6 +31,7 @@ import requests
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.verify import verify_lake
 from pipeline.runtime import class_data
+from pipeline.runtime.package import CLUSTER_DRIVER_JAVA_OPTIONS
 from pipeline.stack import Stack
 from pipeline.sources.kinesis.shard_reader import shards_read
 from pipeline.stack.spark_cluster import SparkMaster, SparkWorker
@@ -45,10 +46,9 @@ pytestmark = pytest.mark.integration
 
 CLUSTER = "stack.spark_cluster=true"
 SUBMIT_TIMEOUT_S = 600
-# C1 alone reserves 48 MiB of code cache, which a maintain run filled (compilation then stops). The cluster's JVMs run
-# on this host, with the local driver's class path: they map the class-data archive `make setup` wrote too.
-SHORT_LIVED = ("-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=128m "
-               f"-XX:SharedArchiveFile={class_data.archive(make_config())}")
+# Every JVM of a submission lives a minute: the executors too get the line's C1 alone for its driver. The cluster's
+# JVMs run on this host, with the local driver's class path: they map the class-data archive `make setup` wrote too.
+SHORT_LIVED = f"{CLUSTER_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={class_data.archive(make_config())}"
 
 
 @pytest.fixture(scope="module")
@@ -192,12 +192,14 @@ class Submission:
 
     def __init__(self, line: list[str], *args: str) -> None:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
-        short_lived = ["--driver-java-options", SHORT_LIVED, "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED}"]
+        line = [*line, *args]
+        line[line.index("--driver-java-options") + 1] = SHORT_LIVED  # the line's C1 alone, with the archive
         self.log = TEST_HOME / "logs" / f"submit-{uuid.uuid4().hex[:8]}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen([line[0], *short_lived, *line[1:], *args], cwd=TEST_HOME, env=env, stdout=out,
-                                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            self.proc = subprocess.Popen([line[0], "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED}", *line[1:]],
+                                         cwd=TEST_HOME, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                         start_new_session=True)
 
     def finish(self) -> Submitted:
         self.proc.wait(timeout=SUBMIT_TIMEOUT_S)
@@ -309,6 +311,7 @@ def test_the_package_holds_the_code_every_jar_and_the_stages_submit_lines(lake: 
     assert "pyiceberg[glue,hive,pyarrow,sql-sqlite]==0.12.0" in (lake.package / "requirements.txt").read_text()
     master = f"spark://127.0.0.1:{make_config(CLUSTER).stack.spark_master_port}"
     assert all(line[1:3] == ["--master", master] for line in lake.lines.values())
+    assert all(line[3:5] == ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS] for line in lake.lines.values())
     assert not any("secret_access_key" in arg for line in lake.lines.values() for arg in line)
 
 

@@ -112,6 +112,8 @@ def test_a_submission_carries_the_settings_but_no_secret_and_lets_spark_submit_d
                             [tmp_path / "a.jar", tmp_path / "b.jar"], tmp_path / "requirements.txt")
     line = built.submit("spark://m:7077", "mirror", carried, Path("pipeline.toml"), "/opt/venv/bin/python")
     assert line[0].endswith("bin/spark-submit") and line[1:3] == ["--master", "spark://m:7077"]
+    assert line[3:5] == ["--driver-java-options", package.CLUSTER_DRIVER_JAVA_OPTIONS]  # a driver that runs no task
+    assert "--driver-java-options" not in built.submit("local[2]", "mirror")  # one that runs them all
     assert line[line.index("--jars") + 1] == f"{tmp_path / 'a.jar'},{tmp_path / 'b.jar'}"
     assert line[line.index("--py-files") + 1] == str(tmp_path / "pipeline.zip")
     assert "spark.pyspark.python=/opt/venv/bin/python" in line
