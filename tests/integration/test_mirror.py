@@ -344,7 +344,8 @@ def test_storage_partitioned_joins_change_no_row_of_any_mirror_write(landed, spa
     (`merge_join_conf`). Each write of a bucketed Iceberg mirror of the landed orders runs with them on for every
     plan (the four settings in the session) and off for every plan: the first build, changes appended to pending
     and folded (`maintain`'s fold), an incremental MERGE (the merge layout), and an SCD2 mirror's first build and
-    fold. The rows after each write are the same both ways, and the last ones equal the truth."""
+    fold. With them on, broadcast joins are off, so that the buckets' grouped scans replace the shuffles; off is
+    Spark's defaults. The rows after each write are the same both ways, and the last ones equal the truth."""
     cfg, table, key, earlier, later = _bucketed_orders(landed, spark)
     median = later.selectExpr("median(_seq.source_major)").first()[0]
 
@@ -368,7 +369,8 @@ def test_storage_partitioned_joins_change_no_row_of_any_mirror_write(landed, spa
         found.append(rows(scd1))
         return found, scd1, scd2
 
-    with session_conf(spark, STORAGE_PARTITIONED_JOIN):
+    unbroadcast = {"spark.sql.autoBroadcastJoinThreshold": "-1"}  # else tables this small are broadcast, not joined
+    with session_conf(spark, {**unbroadcast, **STORAGE_PARTITIONED_JOIN}):  # by their buckets (grouped scans)
         joined, scd1, scd2 = writes("spj")
     for module in (pending_module, history_module, apply_module):  # every place that asks for them
         monkeypatch.setattr(module, "merge_join_conf", lambda *_: {})
