@@ -13,9 +13,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+import pipeline.api.apply as apply_module
+import tables.history as history_module
+import tables.pending as pending_module
 from pipeline.api.apply import apply_changes
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
@@ -26,9 +30,12 @@ from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
-from tables.lake import lake_table
+from tables.lake import STORAGE_PARTITIONED_JOIN, lake_table, session_conf
 from tables.pending import fold, mirror_state, pending_table
 from tests.conftest import PROCESS_SETTINGS, REPO
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 pytestmark = pytest.mark.integration
 
@@ -276,18 +283,17 @@ def test_tables_merge_at_once_and_one_that_fails_stops_none_of_the_others(landed
     _assert_equal_to_truth(cfg, spark, truth, merged)  # each table's own changes and watermark, in sessions of their own
 
 
-def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed, spark) -> None:
-    """The landed orders table (deletes, TOAST placeholders, truncates, the `coupon` column the source gains) as
-    one first build of every change (`tables/first_build.py`, one pass), and as a first build of the changes up to
-    a source position continued by an incremental run of the rest (appended to pending, then folded). Every row
-    and column is the same: the values deleted rows keep, `_unchanged`, and the truncates' deletions too."""
+def _bucketed_orders(landed, spark) -> tuple[PipelineConfig, str, str, DataFrame, DataFrame]:
+    """The landed orders table (deletes, TOAST placeholders, truncates, the `coupon` column the source gains) for a
+    mirror in the pending layout bucketed by its key (each bucket written by one task, one file): the
+    configuration, the table, its key, and its changes up to a source position and after it. The cut leaves some of
+    each kind in the later part, and deletes and placeholders in the earlier one."""
     cfg, source, _ = landed
     table = f"{source.prefix}_orders"
     key = cfg.mirror.key_columns(table)[0]
-    cfg = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(  # each bucket written by one task, one file
+    cfg = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(
         update={"partition_by": {table: f"bucket(4, {key})"}, "layout": "pending"})})
     changes = lake_table(cfg, spark, cfg.changelog.namespace, table).read()
-    # A cut where the incremental part holds some of each: placeholders, deletes, truncates, the new column.
     cut = changes.where("_op = 't'").selectExpr("min(_seq.source_major)").first()[0] - 1
     later = changes.where(f"_seq.source_major > {cut}")
     kinds = later.selectExpr("count_if(_op = 't')", "count_if(size(_unchanged) > 0)", "count_if(_op = 'd')",
@@ -297,14 +303,27 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
     assert earlier.where("size(_unchanged) > 0 OR _op = 'd'").count() > 0
     if earlier.where("coupon IS NOT NULL").isEmpty():  # as the changelog was before the source gained it
         earlier = earlier.drop("coupon")
+    return cfg, table, key, earlier, later
+
+
+def _apply(spark, mirror: PipelineConfig, table: str, key: str, changes: DataFrame, **options) -> None:
+    apply_changes(spark, f"{mirror.catalog.name}.{mirror.mirror.namespace}.{table}", changes, [key], "_seq",
+                  apply_as_deletes="_is_deleted", config=mirror, **options)
+
+
+def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed, spark) -> None:
+    """The landed orders as one first build of every change (`tables/first_build.py`, one pass), and as a first
+    build of the changes up to a source position continued by an incremental run of the rest (appended to
+    pending, then folded). Every row and column is the same: the values deleted rows keep, `_unchanged`, and the
+    truncates' deletions too."""
+    cfg, table, key, earlier, later = _bucketed_orders(landed, spark)
 
     def build(tag: str, *parts) -> tuple[dict, dict]:
         """The mirror's state (the overlay) after applying `parts` in turn, then its base after a fold: by key,
         without the merge clock (`_merged_at`)."""
         mirror = _own_mirrors(cfg, tag)
         for part in parts:
-            apply_changes(spark, f"{mirror.catalog.name}.{mirror.mirror.namespace}.{table}", part, [key], "_seq",
-                          apply_as_deletes="_is_deleted", layout=mirror.mirror.layout, config=mirror)
+            _apply(spark, mirror, table, key, part, layout=mirror.mirror.layout)
         state = {r[key]: r.asDict() for r in mirror_state(mirror, spark, table).drop("_merged_at").collect()}
         if len(parts) == 1:  # the first build wrote the base alone
             assert pending_table(mirror, spark, table).read().isEmpty()
@@ -312,11 +331,52 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
         base = lake_table(mirror, spark, mirror.mirror.namespace, table).read().drop("_merged_at")
         return state, {r[key]: r.asDict() for r in base.collect()}
 
-    whole, whole_base = build("fb", changes)
+    whole, whole_base = build("fb", lake_table(cfg, spark, cfg.changelog.namespace, table).read())
     continued, continued_base = build("fc", earlier, later)
     assert continued == whole
     assert continued_base == whole_base
     assert sum(r["_is_deleted"] for r in whole.values()) > 0
+
+
+def test_storage_partitioned_joins_change_no_row_of_any_mirror_write(landed, spark, monkeypatch) -> None:
+    """Issue 40, item 5: with the one-side shuffle on, Spark 4.1 can drop matches of storage-partitioned joins in
+    plans of several joins (SPARK-59050), so the product turns them on for the single MERGE join only
+    (`merge_join_conf`). Each write of a bucketed Iceberg mirror of the landed orders runs with them on for every
+    plan (the four settings in the session) and off for every plan: the first build, changes appended to pending
+    and folded (`maintain`'s fold), an incremental MERGE (the merge layout), and an SCD2 mirror's first build and
+    fold. With them on, broadcast joins are off, so that the buckets' grouped scans replace the shuffles; off is
+    Spark's defaults. The rows after each write are the same both ways, and the last ones equal the truth."""
+    cfg, table, key, earlier, later = _bucketed_orders(landed, spark)
+    median = later.selectExpr("median(_seq.source_major)").first()[0]
+
+    def rows(mirror: PipelineConfig) -> list:
+        return sorted(mirror_state(mirror, spark, table).drop("_merged_at").collect(), key=repr)
+
+    def writes(tag: str) -> tuple[list[list], PipelineConfig, PipelineConfig]:
+        """The rows after each write, and the SCD1 and SCD2 mirrors' configurations: each mirror's first build
+        of the earlier changes, an append of later ones to pending, and a fold; then the SCD1 mirror's MERGE of
+        the rest."""
+        scd1, scd2 = _own_mirrors(cfg, f"{tag}1"), _own_mirrors(cfg, f"{tag}2", scd_type={table: 2})
+        found = []
+        for mirror, appended in ((scd1, later.where(f"_seq.source_major <= {median}")), (scd2, later)):
+            scd_type = mirror.mirror.scd_type_of(table)
+            for part in (earlier, appended):
+                _apply(spark, mirror, table, key, part, layout="pending", stored_as_scd_type=scd_type)
+                found.append(rows(mirror))
+            fold(mirror, spark, table)
+            found.append(rows(mirror))
+        _apply(spark, scd1, table, key, later.where(f"_seq.source_major > {median}"), layout="merge")
+        found.append(rows(scd1))
+        return found, scd1, scd2
+
+    unbroadcast = {"spark.sql.autoBroadcastJoinThreshold": "-1"}  # else tables this small are broadcast, not joined
+    with session_conf(spark, {**unbroadcast, **STORAGE_PARTITIONED_JOIN}):  # by their buckets (grouped scans)
+        joined, scd1, scd2 = writes("spj")
+    for module in (pending_module, history_module, apply_module):  # every place that asks for them
+        monkeypatch.setattr(module, "merge_join_conf", lambda *_: {})
+    assert writes("nospj")[0] == joined
+    for mirror in (scd1, scd2):
+        _assert_equal_to_truth(mirror, spark, landed[2], [table])
 
 
 # The killed mirror's tables, half SCD1 and half SCD2 (the orders: TOAST placeholders and truncates), merged side by
