@@ -25,6 +25,7 @@ DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # VACUUM lists the table's folders in this many tasks; Spark's default (10000) is sized for huge partition
 # trees and costs thousands of empty tasks per table on a small cluster.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+ORPHAN_CHECK_FILES = 1000  # a young table's files listed before leaving the orphan check to its procedure
 
 
 @dataclass(frozen=True)
@@ -85,19 +86,22 @@ def _may_hold_orphans(table: IcebergLakeTable, cutoff: datetime) -> bool:
     be, so a table whose files are all younger (one made within `maintenance.orphan_age_hours`: a new table, a new
     environment's hundreds) skips `remove_orphan_files`, whose Spark jobs (the listing, every snapshot's files, a
     join) cost about 2.5 CPU-seconds a table however few its files. Listed through the table's FileIO, up to the
-    first old file; a FileIO that cannot list by prefix leaves the procedure to decide."""
+    first old file and at most `ORPHAN_CHECK_FILES` (three py4j calls a file: past that the procedure's jobs are
+    cheaper); a FileIO that cannot list by prefix leaves the procedure to decide."""
     from py4j.protocol import Py4JError
 
     iceberg = table._metadata()
     oldest_allowed = cutoff.timestamp() * 1000
     try:
         files = iceberg.io().listPrefix(iceberg.location()).iterator()
-        while files.hasNext():
+        for _ in range(ORPHAN_CHECK_FILES):
+            if not files.hasNext():
+                return False
             if files.next().createdAtMillis() < oldest_allowed:
                 return True
     except Py4JError:  # no listPrefix, or a ResolvingFileIO whose delegate has none
         return True
-    return False
+    return True
 
 
 def _delta(table: DeltaLakeTable, retain_hours: float) -> tuple[int, int, int, int | None]:
