@@ -4,8 +4,9 @@
 1. The changelog bench's Kafka case (`bench/changelog.py`'s helpers): the simulator's Debezium Avro changes of
    the `employee` table, replayed to one 4-partition topic until it holds `--events`.
 2. The same `changelog --until-caught-up` line is submitted on that topic with `--master local[2]` and with
-   the cluster's master (as `package` prints it: for the cluster its driver's JIT is C1 alone), each submission with a namespace and a checkpoint of its own, the tables and
-   checkpoints on the stack's S3 and Glue (moto); `--rounds` times, the order alternating (the machine's
+   the cluster's master (as `package` prints it: for the cluster its driver's JIT is C1 alone), each submission
+   with a namespace and a checkpoint of its own, the tables and checkpoints on the stack's S3 and Glue (moto);
+   `--rounds` times, the order alternating (the machine's
    load moves under a run: another's test run starting makes the side that runs then slower). Each
    submission's figure is its events over the summed durations of its batches (the stage's `changelog.batch`
    lines: rows and rows/s), what a running stream spends on them; the whole submission (JVMs, session,

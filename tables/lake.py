@@ -279,6 +279,29 @@ class IcebergLakeTable:
         millis = datetime.fromisoformat(moment).replace(tzinfo=timezone.utc).timestamp() * 1000
         return any(s.timestampMillis() <= millis for s in self._metadata().snapshots().iterator())
 
+    def commits_before(self, millis: float) -> list[int]:
+        """The ids of the commits made before `millis` (epoch milliseconds), from the metadata file."""
+        return [int(snapshot["snapshot-id"]) for snapshot in self._document().get("snapshots", [])
+                if snapshot["timestamp-ms"] < millis]
+
+    def holds_file_before(self, millis: float, at_most: int) -> bool:
+        """Whether a file under the table's location was written before `millis`, listed through the table's
+        FileIO up to the first such file; True when that takes more than `at_most` files (three py4j calls a
+        file) or the FileIO cannot list by prefix, as a caller that must not miss one needs."""
+        from py4j.protocol import Py4JError
+
+        table = self._metadata()
+        try:
+            files = table.io().listPrefix(table.location()).iterator()
+            for _ in range(at_most):
+                if not files.hasNext():
+                    return False
+                if files.next().createdAtMillis() < millis:
+                    return True
+        except Py4JError:  # no listPrefix, or a ResolvingFileIO whose delegate has none
+            return True
+        return True
+
     def remove_files_of(self, commit: int) -> int:
         """Remove every data file the table had at `commit` in one commit, and none added after it; how many.
         For rows that were moved elsewhere: no row is read, and a concurrent append keeps its files."""

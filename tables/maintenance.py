@@ -25,7 +25,7 @@ DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # VACUUM lists the table's folders in this many tasks; Spark's default (10000) is sized for huge partition
 # trees and costs thousands of empty tasks per table on a small cluster.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-ORPHAN_CHECK_FILES = 1000  # a young table's files listed before leaving the orphan check to its procedure
+ORPHAN_CHECK_FILES = 1000  # a table's files listed for an old one before leaving it to the orphan procedure
 
 
 @dataclass(frozen=True)
@@ -68,40 +68,19 @@ def _iceberg(table: IcebergLakeTable, settings: MaintenanceSettings, cutoff: dat
         f"'target-file-size-bytes', '{settings.target_file_mb * 1024 * 1024}', 'min-input-files', '2'))").first()
     spared = set(keep) | {table.commit_id()}
     # from the metadata file (one py4j call), not from `<table>.snapshots` (a Spark job a table)
-    old = [int(snapshot["snapshot-id"]) for snapshot in table._document().get("snapshots", [])
-           if snapshot["timestamp-ms"] < cutoff.timestamp() * 1000]
-    expired = [snapshot for snapshot in old if snapshot not in spared]
+    expired = [snapshot for snapshot in table.commits_before(cutoff.timestamp() * 1000) if snapshot not in spared]
     if expired:
         spark.sql(f"CALL {system}.expire_snapshots(table => {name}, "
                   f"snapshot_ids => array({', '.join(map(str, expired))}))")
-    orphans = spark.sql(f"CALL {system}.remove_orphan_files(table => {name}, "
-                        f"older_than => TIMESTAMP '{_sql_time(orphan_cutoff)}')").count() \
-        if _may_hold_orphans(table, orphan_cutoff) else 0
+    # An orphan the procedure may delete is older than its cutoff: a table with no file that old (one made within
+    # `maintenance.orphan_age_hours`: a new table, a new environment's hundreds) skips its Spark jobs (the listing,
+    # every snapshot's files, a join), about 2.5 CPU-seconds a table however few its files.
+    orphans = 0
+    if table.holds_file_before(orphan_cutoff.timestamp() * 1000, ORPHAN_CHECK_FILES):
+        orphans = spark.sql(f"CALL {system}.remove_orphan_files(table => {name}, "
+                            f"older_than => TIMESTAMP '{_sql_time(orphan_cutoff)}')").count()
     return (int(rewrite["rewritten_data_files_count"]) if rewrite else 0,
             int(rewrite["added_data_files_count"]) if rewrite else 0, len(expired), orphans)
-
-
-def _may_hold_orphans(table: IcebergLakeTable, cutoff: datetime) -> bool:
-    """Whether a file under the table's location is older than `cutoff`. An orphan the procedure may delete must
-    be, so a table whose files are all younger (one made within `maintenance.orphan_age_hours`: a new table, a new
-    environment's hundreds) skips `remove_orphan_files`, whose Spark jobs (the listing, every snapshot's files, a
-    join) cost about 2.5 CPU-seconds a table however few its files. Listed through the table's FileIO, up to the
-    first old file and at most `ORPHAN_CHECK_FILES` (three py4j calls a file: past that the procedure's jobs are
-    cheaper); a FileIO that cannot list by prefix leaves the procedure to decide."""
-    from py4j.protocol import Py4JError
-
-    iceberg = table._metadata()
-    oldest_allowed = cutoff.timestamp() * 1000
-    try:
-        files = iceberg.io().listPrefix(iceberg.location()).iterator()
-        for _ in range(ORPHAN_CHECK_FILES):
-            if not files.hasNext():
-                return False
-            if files.next().createdAtMillis() < oldest_allowed:
-                return True
-    except Py4JError:  # no listPrefix, or a ResolvingFileIO whose delegate has none
-        return True
-    return True
 
 
 def _delta(table: DeltaLakeTable, retain_hours: float) -> tuple[int, int, int, int | None]:
