@@ -165,18 +165,20 @@ class Lake(NamedTuple):
     dms: DmsSources
 
 
+def _command(settings: list[str], *args: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], *args]
+
+
 def _pipeline(settings: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)], *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    return subprocess.run(_command(settings, *args), cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
 class Packaging:
     """`pipeline package` writing into `out`, in the background; `lines()` waits and gives each stage's line."""
 
     def __init__(self, settings: list[str], out: Path, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "pipeline", *[a for s in settings for a in ("--set", s)],
-                                      "package", "--out", str(out), *args], cwd=REPO, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(_command(settings, "package", "--out", str(out), *args), cwd=REPO,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def lines(self) -> dict[str, list[str]]:
         printed, errors = self.proc.communicate(timeout=SUBMIT_TIMEOUT_S)
