@@ -69,13 +69,18 @@ def code_generation(compiled: bool) -> dict[str, str]:
             "spark.sql.codegen.factoryMode": "FALLBACK" if compiled else "NO_CODEGEN"}
 
 
+# Every JVM the tests start compiles with C1 alone, and with a code cache of the size tiered compilation
+# reserves: with C1 alone the JVM reserves 48 MiB, which Spark's driver fills, and the sweeper then spends CPU
+# flushing and compiling again (11 CPU-s in one mirror test). A test runs broad driver code over tens of rows,
+# which C2 compiles at a cost it never pays back: test_mirror.py's shared JVM took 348 CPU-s with tiered
+# compilation (132 of them in the compiler threads) and 285 with C1 alone; one of its tests took 134 JVM CPU-s
+# and 93 s against 89 CPU-s and 83 s. (Without the code cache, C1 alone had looked slower: 289 s against 244 s.)
+C1_ALONE = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 TINY_DATA_SESSION = [*(f"spark.conf.{key}={value}" for key, value in code_generation(False).items()),
-                     "spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC"]
-# The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills). Such a JVM lives a
-# minute or less, and C1 alone compiles sooner than tiered compilation pays back: a fresh stage's first batch
-# came 35 s after its start with the default and 31 s with C1 only. The shared session lives for the whole
-# suite and keeps the default, which was faster there (13 integration tests: 244 s against 289 s with C1 only).
-SHORT_LIVED_JVM = "spark.conf.spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1"
+                     f"spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC {C1_ALONE}"]
+# The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills): C1 alone too, and
+# Spark's code generation on, as users run the stages.
+SHORT_LIVED_JVM = f"spark.conf.spark.driver.extraJavaOptions={C1_ALONE}"
 PROCESS_SETTINGS = [*TEST_SETTINGS, SHORT_LIVED_JVM]
 
 # Catalogs besides the default one, configured on the one shared Spark session (one JVM serves every test);
