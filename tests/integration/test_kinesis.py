@@ -276,13 +276,13 @@ def _simulated(aws: PipelineConfig, folder: Path) -> tuple[str, Summary, TruthSt
     return prefix, summary, truth
 
 
-def _killed_twice(prefix: str, folder: Path, committer: dict[str, str]) -> None:
-    """The stream landed by changelog stages SIGKILLed twice at a random point after their first batch (mid-batch
-    or between batches); the checkpoint is in `folder`."""
+def _killed(prefix: str, folder: Path, committer: dict[str, str], kills: int) -> None:
+    """The stream landed by `kills` changelog stages, each SIGKILLed at a random point after its first batch
+    (mid-batch or between batches); the checkpoint is in `folder`."""
     kinesis = {"streams": prefix, "max_fetch_records_per_shard": "100", "fetch_interval_ms": "0", **committer}
     settings = ["changelog.source=kinesis", *(f"kinesis.{key}={value}" for key, value in kinesis.items())]
     rng = random.Random(5)
-    for _ in range(2):
+    for _ in range(kills):
         stage = _StageProcess(prefix, folder / "checkpoint", settings=settings)
         stage.wait_for_batches(1, timeout_s=900)  # a deadline, not a measure: Spark starts slowly on a busy machine
         time.sleep(rng.uniform(0.0, 2.5))
@@ -301,14 +301,17 @@ def _resumed(aws: PipelineConfig, spark, folder: Path, prefix: str, committer: d
 
 @pytest.fixture(scope="module")
 def killed(aws: PipelineConfig, spark, tmp_path_factory) -> dict[str, Landed]:
-    """Each metadata committer's source killed twice, the two committers' stage processes side by side (their
-    JVMs start and wait together), then each resumed; by committer. The DynamoDB committer's table is new."""
+    """Each metadata committer's source killed, the two committers' stage processes side by side (their JVMs
+    start and wait together), then each resumed; by committer. The default (HDFS) committer's is killed twice,
+    a restart's own batch interrupted too; the DynamoDB committer's once, which its ends' store is about. The
+    DynamoDB committer's table is new."""
     committers = {"hdfs": {}, "dynamodb": {"metadata_committer": "DYNAMODB",
                                            "dynamodb_table_name": f"meta{uuid.uuid4().hex[:8]}"}}
+    kills = {"hdfs": 2, "dynamodb": 1}
     folders = {name: tmp_path_factory.mktemp(f"kinesis-{name}") for name in committers}
     sources = {name: _simulated(aws, folders[name]) for name in committers}  # the truth's SQLite stays here
     with ThreadPoolExecutor(len(committers)) as pool:
-        list(pool.map(lambda name: _killed_twice(sources[name][0], folders[name], committers[name]), committers))
+        list(pool.map(lambda name: _killed(sources[name][0], folders[name], committers[name], kills[name]), committers))
     landed: dict[str, Landed] = {}
     for name, (prefix, summary, truth) in sources.items():
         landed[name] = (_resumed(aws, spark, folders[name], prefix, committers[name]), prefix, summary, truth)
