@@ -79,3 +79,31 @@ def test_only_a_run_that_stops_on_progress_reports_has_every_empty_trigger_repor
     transport = transport_for(load_config(overrides=[f"changelog.source={source}", *settings]))
     assert transport.query_conf(until_caught_up=True).get(NO_DATA_PROGRESS_INTERVAL) == interval
     assert transport.query_conf(until_caught_up=False) == {}
+
+
+class _RecordingTransport:
+    """A transport that records the batches handed to it to land."""
+
+    def __init__(self) -> None:
+        self.landed: list[int] = []
+
+    def land(self, landing: Any, batch: Any, report: BatchReport) -> None:
+        self.landed.append(report.batch_id)
+
+
+def test_after_sigterm_a_batch_is_refused_before_any_of_it_lands() -> None:
+    """Spark then ends the query with the batch planned and uncommitted, and the next start lands it whole;
+    returning would have Spark commit it unlanded."""
+    import threading
+
+    from pipeline.stages.changelog.errors import StopRequested
+
+    stage = ChangelogStage.__new__(ChangelogStage)  # only what `_process` needs
+    stage.transport, stage.landing, stage.reports, stage._id = _RecordingTransport(), None, deque(), "writer"
+    stage.cfg, stage._stopping = load_config(environ={}), threading.Event()
+    stage._process(None, 4)  # type: ignore[arg-type]
+    stage._stopping.set()
+    with pytest.raises(StopRequested, match="SIGTERM came before batch 5: it is left for the next start"):
+        stage._process(None, 5)  # type: ignore[arg-type]
+    assert stage.transport.landed == [4]
+    assert [report.batch_id for report in stage.reports] == [4]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from pipeline.stages.changelog.errors import DeadLetterBoundExceeded, StageError
+from pipeline.stages.changelog.errors import DeadLetterBoundExceeded, StageError, StopRequested
 from pipeline.stages.changelog.landing import Landing
 from pipeline.stages.changelog.report import BatchReport
 from pipeline.stages.changelog.transports import transport_for
@@ -49,6 +49,7 @@ class ChangelogStage:
         self._logged = -1  # the last batch with a progress line
         self._id: str | None = None
         self._stopped_by: StageError | None = None  # why `run` must not restart the query
+        self._stopping = threading.Event()  # SIGTERM came: no batch starts landing after it
         self._until_caught_up = False
 
     def start(self, until_caught_up: bool = False) -> StreamingQuery:
@@ -62,7 +63,8 @@ class ChangelogStage:
             return writer.start()
 
     def run(self, until_caught_up: bool = False) -> None:
-        """Run the query, logging one progress line per batch; SIGTERM lets the running batch finish.
+        """Run the query, logging one progress line per batch; SIGTERM lets the running batch finish and
+        starts no other (`_process` refuses the next one, which a restart then lands whole).
 
         When the query fails while a service the transport needs does not answer, the outage is logged by name and
         address and waited out with backoff, then the query restarts from its checkpoint. Other failures
@@ -75,7 +77,7 @@ class ChangelogStage:
 
         self.transport.check()
         self._check_checkpoint()
-        stopping = threading.Event()
+        stopping = self._stopping
         self._on_sigterm(stopping)
         restarts = 0
         while not stopping.is_set():
@@ -86,6 +88,9 @@ class ChangelogStage:
             except StreamingQueryException as exc:
                 if self._stopped_by is not None:
                     raise self._stopped_by from None
+                if stopping.is_set():  # the batch after SIGTERM's was refused (`_process`)
+                    self._stopped(query)
+                    return
                 error = str(exc).splitlines()[0][:300]
                 if self._wait_out_outage(stopping):
                     log.info("changelog.restart", after="outage", error=error)
@@ -157,13 +162,17 @@ class ChangelogStage:
                 log.info("changelog.stopped", reason="caught up", last_batch=self._logged)
                 return
             if stopping.is_set():
-                while query.status["isTriggerActive"]:  # the running batch finishes first
+                # the running batch finishes first; the next one, under a backlog, is refused and ends the query
+                while query.isActive and query.status["isTriggerActive"]:
                     time.sleep(0.2)
                 query.stop()
-                self._log_progress(query)
-                log.info("changelog.stopped", reason="SIGTERM", last_batch=self._logged)
+                self._stopped(query)
                 return
         self._log_progress(query)
+
+    def _stopped(self, query: StreamingQuery) -> None:
+        self._log_progress(query)
+        log.info("changelog.stopped", reason="SIGTERM", last_batch=self._logged)
 
     def _log_outage(self, retry_in_s: float) -> bool:
         """Whether a service is down now, logged by name and address; the query keeps running, since Spark
@@ -204,7 +213,12 @@ class ChangelogStage:
     # -- one micro-batch -----------------------------------------------------------------------------
 
     def _process(self, batch: DataFrame, batch_id: int) -> None:
-        """Land one micro-batch under the query's id, then hold its dead letters to the bound."""
+        """Land one micro-batch under the query's id, then hold its dead letters to the bound. After SIGTERM a
+        batch is refused before any of it lands: failing here ends the query with the batch planned in its offset
+        log and not committed, so the next start lands it whole. (Returning would commit it unlanded; stopping
+        the query from here would wait on this very call.)"""
+        if self._stopping.is_set():
+            raise StopRequested(f"SIGTERM came before batch {batch_id}: it is left for the next start")
         started = time.monotonic()
         report = BatchReport(batch_id, writer=self._query_id())
         try:
