@@ -25,7 +25,7 @@ DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # VACUUM lists the table's folders in this many tasks; Spark's default (10000) is sized for huge partition
 # trees and costs thousands of empty tasks per table on a small cluster.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-ORPHAN_CHECK_FILES = 1000  # a table's files listed for an old one before leaving it to the orphan procedure
+ORPHAN_CHECK_FILES = 1000  # files listed in search of an old one; past that the orphan procedure decides
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
-"""The changelog stage's progress lines: one per landed batch, in order, none lost and none twice; and the
-progress reports a run until caught up needs."""
+"""The changelog stage's progress lines: one per landed batch, in order, none lost and none twice; the
+progress reports a run until caught up needs; and the batch a SIGTERM refuses."""
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ from structlog.testing import capture_logs
 
 from pipeline.config.settings import load_config
 from pipeline.stages.changelog import ChangelogStage
+from pipeline.stages.changelog.errors import StopRequested
 from pipeline.stages.changelog.report import BatchReport
 from pipeline.stages.changelog.transports import NO_DATA_PROGRESS_INTERVAL, transport_for
 
@@ -94,10 +96,6 @@ class _RecordingTransport:
 def test_after_sigterm_a_batch_is_refused_before_any_of_it_lands() -> None:
     """Spark then ends the query with the batch planned and uncommitted, and the next start lands it whole;
     returning would have Spark commit it unlanded."""
-    import threading
-
-    from pipeline.stages.changelog.errors import StopRequested
-
     stage = ChangelogStage.__new__(ChangelogStage)  # only what `_process` needs
     stage.transport, stage.landing, stage.reports, stage._id = _RecordingTransport(), None, deque(), "writer"
     stage.cfg, stage._stopping = load_config(environ={}), threading.Event()

@@ -171,6 +171,7 @@ class ChangelogStage:
         self._log_progress(query)
 
     def _stopped(self, query: StreamingQuery) -> None:
+        """The batches landed before SIGTERM logged, then the stop."""
         self._log_progress(query)
         log.info("changelog.stopped", reason="SIGTERM", last_batch=self._logged)
 
