@@ -25,6 +25,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -99,7 +100,8 @@ def main() -> None:
             landing.appender = NoopAppender()
         landing.prepare()
         headers = Framing.of(cfg.registry.wire_format).reads_headers
-        landing.land_topics([(topic, read(topic, headers))], BatchReport(round_, writer=f"cpu-{uuid.uuid4().hex}"))
+        topics = SimpleNamespace(names=[topic], quiet=frozenset(), read=lambda name: read(name, headers))
+        landing.land_topics(topics, BatchReport(round_, writer=f"cpu-{uuid.uuid4().hex}"))
 
     def baseline(round_: int) -> None:
         body = Framing.of(cfg.registry.written_wire_format).body()

@@ -70,6 +70,7 @@ from pipeline.runtime import logs  # noqa: E402
 from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stages.changelog import ChangelogStage  # noqa: E402
 from pipeline.stages.changelog import landing as landing_module  # noqa: E402
+from pipeline.stages.changelog import quiet as quiet_module  # noqa: E402
 from pipeline.stages.mirror import MirrorStage, MissingKeys  # noqa: E402
 from registry import resolver as resolver_module  # noqa: E402
 from registry.factory import serde_from_settings  # noqa: E402
@@ -93,10 +94,14 @@ PROBED: list[tuple[Any, str, str]] = [
     (landing_module.Landing, "_topic", "topic: plan + append (all)"),
     (landing_module.Landing, "_created", "new table properties"),
     (append_module.IcebergAppender, "append", "append: whole call"),
+    (landing_module.Landing, "_quiet_topic", "one plan: a topic's driver work (all)"),
+    (quiet_module, "change_record", "one plan: a topic's change record"),
+    (append_module.ManyTablesAppender, "target", "one plan: a table's check or create"),
+    (quiet_module, "append", "one plan: decode, write and commit"),
     (append_module.ManyTablesAppender, "stage", "one job: stage a table (check, create, plan)"),
     (append_module.ManyTablesAppender, "append", "one job: write and commit the staged tables"),
     (append_module, "_loaded", "append: load the table (or none)"),
-    (append_module.IcebergAppender, "_committed", "append: idempotence lookup"),
+    (append_module.IcebergAppender, "committed", "append: idempotence lookup"),
     (landing_module, "stamped", "plan: batch stamp"),
     (Catalog, "tableExists", "catalog: table exists"),
     (DataFrameWriterV2, "create", "write: create table (job + commit)"),

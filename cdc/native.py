@@ -88,10 +88,16 @@ def decoded(rows: DataFrame, framing: Framing, writers: dict[str, str], reader: 
     `decode.avro` gives them; `writers`: schema id text -> writer schema text, `reader` the reader's text."""
     from cdc.decode import VALID
 
-    config = json.dumps({"reader": json.dumps(read_schema(json.loads(reader), "debezium")), "writers": writers},
-                        sort_keys=True)
-    out = F.call_function(FUNCTION, F.col("value"), F.col("schema_id"), framing.body_offset(), F.lit(config))
+    out = F.call_function(FUNCTION, F.col("value"), F.col("schema_id"), framing.body_offset(),
+                          F.lit(config(writers, reader)))
     return rows.withColumn(OUT, out).withColumn(VALID, F.col(OUT).isNotNull())
+
+
+def config(writers: dict[str, str], reader: str) -> str:
+    """What the function (and jvm/cdc `QuietTopics`) decodes envelopes of these writers by: `writers`, schema id
+    text -> writer schema text, and the reader (`reader`: the subject's latest)."""
+    return json.dumps({"reader": json.dumps(read_schema(json.loads(reader), "debezium")), "writers": writers},
+                      sort_keys=True)
 
 
 def rejections(decoded_rows: DataFrame, reader: str, keys: list[str]) -> list[tuple[Column, str, str]]:

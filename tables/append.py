@@ -128,7 +128,8 @@ class IcebergAppender:
 @dataclass(frozen=True)
 class Staged:
     """One table's part of a many-table append (`ManyTablesAppender.stage`): its rows in the table's column order
-    and types, planned, and its Iceberg table; or, `skipped`, a table that holds the batch already."""
+    and types, planned, and its Iceberg table; or, `skipped`, a table that holds the batch already. A `target`
+    has no rows: its caller writes them."""
 
     name: str
     rows: DataFrame | None
@@ -161,6 +162,18 @@ class ManyTablesAppender:
     def stage(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
               partition_by_source_time: bool = True, created: Created | None = None) -> Staged | None:
         """`rows` hold placeholders (typed nulls) for the columns `append`'s stamps fill."""
+        target = self.target(rows.schema, name, writer_id, batch_id, partition_by_source_time, created)
+        if target is None or target.skipped:
+            return target
+        ordered = _in_table_order(rows, _spark_schema(self.spark, target.table))
+        ordered._jdf.queryExecution().toRdd()  # planned here, in the caller's thread, not one after another later
+        return Staged(target.name, ordered, target.table)
+
+    def target(self, schema: StructType, name: str, writer_id: str, batch_id: int,
+               partition_by_source_time: bool = True, created: Created | None = None) -> Staged | None:
+        """The table rows of `schema` are appended to, without its rows (`Staged.rows` None): loaded, or created as
+        a create-as-select of them creates it; `skipped` when it holds the batch; None when the rows would change
+        its columns or types, or the job does not write its partitioning."""
         namespace = self.appender.namespace
         table = quote(*namespace.split("."), name)
         loaded = _loaded(self.spark, table)
@@ -169,20 +182,17 @@ class ManyTablesAppender:
         if loaded is None:
             try:
                 session = self.spark._jsparkSession  # type: ignore[attr-defined]
-                loaded = self.many.create(session, table, _nullable(rows.schema).json(),
+                loaded = self.many.create(session, table, _nullable(schema).json(),
                                           "_source_ts" if partition_by_source_time else None,
                                           {**CREATED, **(created() if created is not None else {})})
             except Exception:
                 if _loaded(self.spark, table) is None:
                     raise
-                # another writer created it meanwhile: stage an append to it (or skip, if it holds the batch)
-                return self.stage(rows, name, writer_id, batch_id, partition_by_source_time, created)
-        columns = _spark_schema(self.spark, loaded)
-        ordered = _in_table_order(rows, columns)
-        if not self.many.writable(loaded) or _nullable(ordered.schema) != _nullable(columns):
+                # another writer created it meanwhile: append to it (or skip, if it holds the batch)
+                return self.target(schema, name, writer_id, batch_id, partition_by_source_time, created)
+        if not self.many.writable(loaded) or not _fits(schema, _spark_schema(self.spark, loaded)):
             return None  # new columns or types, or a partitioning the job does not write
-        ordered._jdf.queryExecution().toRdd()  # planned here, in the caller's thread, not one after another later
-        return Staged(f"{namespace}.{name}", ordered, loaded)
+        return Staged(f"{namespace}.{name}", None, loaded)
 
     def append(self, staged: Sequence[Staged], writer_id: str, batch_id: int, stamps: Mapping[str, int],
                properties: Mapping[str, str] | None = None, threads: int = 4) -> list[Appended]:
@@ -200,6 +210,13 @@ class ManyTablesAppender:
                 tasks, threads))
         counts = iter(rows)
         return [Appended(part.name, 0 if part.skipped else int(next(counts)), part.skipped) for part in staged]
+
+
+def _fits(schema: StructType, table: StructType) -> bool:
+    """Whether rows of `schema` append to a table of columns `table` as they are: each of their columns is one of
+    the table's, of the same type (nullability aside). The table's other columns are left null."""
+    columns = {f.name: f for f in _nullable(table).fields}
+    return all(columns.get(f.name) == f for f in _nullable(schema).fields)
 
 
 def _nullable(schema: StructType) -> StructType:

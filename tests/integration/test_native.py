@@ -2,7 +2,8 @@
 (`cdc/decode.py` + `cdc/normalize.py`, the reference), case by case: every operation, two writer versions with a
 promoted type and an added column, TOAST placeholders, null sequences, bodies that do not decode; every semantic
 type `cdc/semantic_types.py` maps, with its edge values; and a synthetic database as the simulator sends it
-(`--tables synthetic:N`), table by table (Spark, no services)."""
+(`--tables synthetic:N`), table by table. The quiet topics' one job (jvm/cdc `QuietTopics`), the decoder's other
+caller, lands what the function's path lands."""
 
 from __future__ import annotations
 
@@ -154,6 +155,50 @@ def test_a_placeholder_in_a_key_column_is_refused_by_both(framed) -> None:
     found = [(cls, [r["offset"] for r in decoded.where(F.col(decode.VALID) & cond).collect()])
              for cond, cls, _ in native.rejections(decoded, reader, keys)]
     assert found == expected == [("ToastPlaceholderInKey", [6])]
+
+
+def test_the_quiet_topics_job_lands_what_the_function_decodes(cfg, spark, framed, typed) -> None:
+    """jvm/cdc `QuietTopics` (the quiet topics' one plan, `pipeline/stages/changelog/quiet.py`) decodes two topics'
+    envelopes in one job with the function's programs: it lands the stamped change record `native.normalized`
+    gives, and counts (lands none of) what does not decode, what the function's path refuses, tombstones and
+    records that are not framed envelopes of the topic's writers."""
+    from cdc.framing import Kind
+    from cdc.normalize import any_rejection
+    from pipeline.stages.changelog import quiet
+    from tables.append import IcebergAppender, ManyTablesAppender
+    from tables.lake import create_namespace
+
+    namespace = f"quiet_{uuid.uuid4().hex[:6]}"
+    create_namespace(spark, cfg.catalog.name, namespace)
+    many = ManyTablesAppender(IcebergAppender(spark, f"{cfg.catalog.name}.{namespace}"))
+    typed_rows, typed_reader = typed
+    framing = Framing.of("confluent")
+    cases = [("shop.public.t", framed, _writers(), json.dumps(_envelope(2)), ["id", "name"]),
+             ("shop.public.typed", typed_rows, {"51": typed_reader}, typed_reader, ["id", "zoned", "blob"])]
+    odd = spark.createDataFrame([(None, "shop.public.t", 1, 0, datetime(2026, 1, 1), None),  # a tombstone
+                                 (b"\x07plain", "shop.public.t", 1, 1, datetime(2026, 1, 1), None)],  # unframed
+                                KAFKA_ROWS)
+    kind = (F.when(F.col("value").isNull(), Kind.TOMBSTONE.value)
+            .when(F.col("schema_id").isNull(), Kind.UNFRAMED.value).otherwise(Kind.FRAMED.value))
+    rows = (functools.reduce(DataFrame.unionByName, [frame for _, frame, *_ in cases] + [odd])
+            .withColumns({"compressed": F.lit(False), "kind": kind, quiet.BODY_OFFSET: framing.body_offset()}))
+    topics = []
+    for topic, _, writers, reader, keys in cases:
+        config = native.config(writers, reader)
+        target = many.target(quiet.change_record(spark, config), topic.replace(".", "_"), "w", 3)
+        topics.append(quiet.QuietTopic(topic, topic.replace(".", "_"), None, reader, writers, config, keys, target))
+    counted = quiet.append(spark, rows, topics, "w", 3, {"_ingested_at": 1_767_268_800_000_000, "_batch_id": 3},
+                           {}, threads=2)
+    assert [(c.rows, c.tombstones, c.rest, c.invalid, c.refused, c.written, c.ids) for c in counted] == [
+        (len(CHANGES) + 4, 1, 1, 2, 1, len(CHANGES) - 1, ["41", "42"]), (8, 0, 0, 0, 5, 3, ["51"])]
+    for (topic, frame, writers, reader, keys), found in zip(cases, topics):
+        decoded = native.decoded(frame, framing, writers, reader)
+        checks = native.rejections(decoded, reader, keys)
+        expected = _rows(native.normalized(decoded.where(F.col(decode.VALID) & ~any_rejection(checks)), reader))
+        landed = spark.table(f"{cfg.catalog.name}.{namespace}.{found.name}")
+        assert {(r["_batch_id"], r["_ingested_at"]) for r in landed.collect()} == {(3, datetime(2026, 1, 1, 12))}
+        assert _rows(landed.drop("_ingested_at", "_batch_id")) == expected, topic
+        assert many.appender.committed("", found.target.table, "w", 3)
 
 
 def _with_column(kind) -> dict:

@@ -1,7 +1,10 @@
-"""A Kafka batch's quiet topics written by one Spark job and committed through Iceberg's Java API
-(`changelog.one_job_topics`: jvm/cdc `ManyTables`, `tables/append.py` `ManyTablesAppender`) land exactly what each
-topic's own write lands: the same rows, columns, partitioning and table properties, the same batch report; a
-replay of the batch is skipped table by table, and a batch some of whose tables were committed lands the rest once.
+"""A Kafka batch's quiet topics landed together (`changelog.one_job_topics`) land exactly what each topic's own
+write lands: the same rows, columns, partitioning and table properties, the same batch report; a replay of the batch
+is skipped table by table, and a batch some of whose tables were committed lands the rest once. Both ways of
+landing them together are held to it: Debezium envelopes decoded by one plan and appended by one job (jvm/cdc
+`QuietTopics`, `pipeline/stages/changelog/quiet.py`), and, with the native decoder off, each topic's plan staged
+and written by one job (jvm/cdc `ManyTables`, `tables/append.py` `ManyTablesAppender`); both commit each table
+through Iceberg's Java API.
 
 The batch is what `simulate --tables synthetic:12 --poison 0.02` sends (Debezium, two partitions a topic, some
 records dead letters), read by the ranges the stage reads (`kafka_offsets.TopicRange`), landed once by each path
@@ -21,7 +24,7 @@ from pipeline.config import kafka
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.changelog import BatchReport
 from pipeline.stages.changelog.landing import Landing
-from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, TopicRange
+from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, BatchReads, TopicRange
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
@@ -55,11 +58,12 @@ def ranges(cfg: PipelineConfig, stack, tmp_path_factory) -> list[TopicRange]:
         consumer.close()
 
 
-def _config(cfg: PipelineConfig, one_job: bool) -> PipelineConfig:
-    """`cfg` with a changelog namespace of its own, landing quiet topics by one job or each by its own write."""
+def _config(cfg: PipelineConfig, one_job: bool, native: bool = True) -> PipelineConfig:
+    """`cfg` with a changelog namespace of its own, landing quiet topics by one job or each by its own write;
+    `native` off: no envelope is decoded by the native decoder, so no topic by the one plan."""
     namespace = f"{'one' if one_job else 'own'}_{uuid.uuid4().hex[:6]}"
     return cfg.model_copy(update={"changelog": cfg.changelog.model_copy(
-        update={"namespace": namespace, "one_job_topics": one_job})})
+        update={"namespace": namespace, "one_job_topics": one_job, "native_decode": native})})
 
 
 def _land(cfg: PipelineConfig, spark, ranges: list[TopicRange], writer: str = "q") -> BatchReport:
@@ -68,17 +72,18 @@ def _land(cfg: PipelineConfig, spark, ranges: list[TopicRange], writer: str = "q
     landing.prepare()
     headers = Framing.of(cfg.registry.wire_format).reads_headers
     report = BatchReport(BATCH, writer=writer)
-    landing.land_topics([(r.topic, r.read(spark, cfg.kafka, headers)) for r in ranges], report,
-                        quiet={r.topic for r in ranges if r.quiet})
+    landing.land_topics(BatchReads(ranges, spark, cfg.kafka, headers), report)
     return report
 
 
 @pytest.fixture(scope="module")
-def landed(cfg: PipelineConfig, spark, ranges: list[TopicRange]) -> dict[bool, tuple[PipelineConfig, BatchReport]]:
-    """The batch landed by one job (True) and by each topic's own write (False)."""
+def landed(cfg: PipelineConfig, spark, ranges: list[TopicRange]) -> dict[str, tuple[PipelineConfig, BatchReport]]:
+    """The batch landed by the one plan ("plan"), by the one job of staged plans, without the native decoder
+    ("job"), and by each topic's own write ("own")."""
     assert all(r.quiet for r in ranges) and any(len(r.partitions) > 1 for r in ranges)
-    return {one_job: (config, _land(config, spark, ranges))
-            for one_job in (True, False) for config in [_config(cfg, one_job)]}
+    return {path: (config, _land(config, spark, ranges))
+            for path, config in (("plan", _config(cfg, True)), ("job", _config(cfg, True, native=False)),
+                                 ("own", _config(cfg, False)))}
 
 
 def _table(cfg: PipelineConfig, name: str) -> str:
@@ -109,20 +114,25 @@ def _report(report: BatchReport, cfg: PipelineConfig) -> dict:
             "dead_letters": report.dead_letters, "one_pass": report.one_pass, "planned": report.planned}
 
 
-def test_one_job_lands_what_each_topics_own_write_lands(spark, landed) -> None:
-    (one_cfg, one), (own_cfg, own) = landed[True], landed[False]
-    assert _report(one, one_cfg) == _report(own, own_cfg)
+def test_one_job_lands_what_each_topics_own_write_lands(spark, ranges, landed) -> None:
+    (own_cfg, own), one_jobs = landed["own"], (landed["plan"], landed["job"])
     names = _landed_tables(spark, own_cfg)
-    assert len(names) == TABLES + 1 and one.dead_letters > 0 and one.planned, (names, one)  # + dead_letters
-    assert _landed_tables(spark, one_cfg) == names
-    for name in names:
-        assert _contents(spark, one_cfg, name) == _contents(spark, own_cfg, name), name
+    assert len(names) == TABLES + 1 and own.dead_letters > 0 and own.planned, (names, own)  # + dead_letters
+    # every topic is Debezium envelopes the native decoder reads: decoded by the one plan (`quiet.py`)
+    assert sorted(landed["plan"][1].one_plan) == [r.topic for r in ranges]
+    assert not own.one_plan and not landed["job"][1].one_plan
+    for one_cfg, one in one_jobs:
+        assert _report(one, one_cfg) == _report(own, own_cfg)
+        assert _landed_tables(spark, one_cfg) == names
+        for name in names:
+            assert _contents(spark, one_cfg, name) == _contents(spark, own_cfg, name), name
 
 
-def test_the_tables_were_committed_through_icebergs_java_api(spark, landed) -> None:
+@pytest.mark.parametrize("path", ["plan", "job"])
+def test_the_tables_were_committed_through_icebergs_java_api(spark, landed, path: str) -> None:
     """Spark's writes put the application's id in a snapshot's summary; the one job's commits do not. (What one
     pass of a topic did not cover, under `q+rest`, and the dead letters are Spark's writes.)"""
-    one_cfg, one = landed[True]
+    one_cfg, one = landed[path]
     for table in one.tables:
         if not table.endswith(f".{one_cfg.changelog.dead_letter_table}"):
             [summary] = [s.summary() for s in iceberg_table(spark, table).snapshots()
@@ -131,7 +141,7 @@ def test_the_tables_were_committed_through_icebergs_java_api(spark, landed) -> N
 
 
 def test_a_replayed_batch_is_skipped_table_by_table(spark, ranges, landed) -> None:
-    one_cfg, one = landed[True]
+    one_cfg, one = landed["plan"]
     before = {name: _contents(spark, one_cfg, name) for name in _landed_tables(spark, one_cfg)}
     again = _land(one_cfg, spark, ranges)
     assert (again.tables, set(again.skipped), again.dead_letters_skipped) == ({}, set(one.tables), True)
@@ -140,7 +150,7 @@ def test_a_replayed_batch_is_skipped_table_by_table(spark, ranges, landed) -> No
 
 def test_a_batch_some_of_whose_tables_were_committed_lands_the_rest_once(cfg, spark, ranges, landed) -> None:
     """A crash after four topics' appends, before the batch's dead letters: a replay lands the rest once."""
-    own_cfg, _ = landed[False]
+    own_cfg, _ = landed["own"]
     config = _config(cfg, one_job=True)
     landing, first = Landing(config, spark), BatchReport(BATCH, writer="q")
     landing.prepare()
@@ -167,8 +177,7 @@ def test_a_table_whose_columns_the_batch_changes_lands_by_a_write_of_its_own(cfg
     report = BatchReport(BATCH + 1, writer="q")
     landing = Landing(config, spark)
     headers = Framing.of(config.registry.wire_format).reads_headers
-    landing.land_topics([(r.topic, r.read(spark, config.kafka, headers)) for r in ranges[:2]], report,
-                        quiet={r.topic for r in ranges[:2]})
+    landing.land_topics(BatchReads(ranges[:2], spark, config.kafka, headers), report)
     assert column in spark.table(_table(config, changed)).columns
     for name, own_write in ((changed, True), (kept, False)):
         [summary] = [s.summary() for s in iceberg_table(spark, f"{config.catalog.name}."

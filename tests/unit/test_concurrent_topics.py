@@ -43,7 +43,8 @@ def test_topics_land_at_once_and_the_batch_report_adds_theirs_up(concurrent: int
     cfg = load_config(overrides=["changelog.topics=a.s.x", f"changelog.concurrent_topics={concurrent}"], environ={})
     barrier = threading.Barrier(2, timeout=10) if concurrent > 1 else None
     landing, report = _Landing(cfg, barrier), BatchReport(3, writer="q")
-    landing.land_topics([("a.s.x", 5), ("a.s.y", 7)], report)
+    counts = {"a.s.x": 5, "a.s.y": 7}
+    landing.land_topics(SimpleNamespace(names=list(counts), quiet=frozenset(), read=counts.get), report)
     assert report.rows_in == 12 and report.records == {"a.s.x": 5, "a.s.y": 7}
     assert report.tables == {"a_s_x": 5, "a_s_y": 7}
     assert landing.stored == ["dead a.s.x", "dead a.s.y"]  # in topic order, whichever finished first

@@ -41,7 +41,7 @@ import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Collection, Generator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Collection, Generator, Mapping, Protocol, Sequence, TypeVar
 
 import structlog
 
@@ -50,6 +50,8 @@ from cdc.columns import lake_column
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
 from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, read_schema, rejections
+from pipeline.stages.changelog import quiet
+from pipeline.stages.changelog.quiet import QuietTopic
 from pipeline.stages.changelog.report import BatchReport
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.hadoop_files import read_text, write_text
@@ -75,6 +77,7 @@ CARRIED = ("headers",)  # Kafka headers (registry ids may travel there): kept wi
 KEYED_BY_RECORD = frozenset({"debezium", "debezium-unwrapped", native.FORMAT})  # the Kafka key is the table's key
 DEFINITIONS = "dms-table-defs"  # checkpoint folder: DMS table definitions of tables not created yet
 STAMPS = {"_ingested_at": "timestamp", "_batch_id": "long"}  # the columns `stamped` adds, and their types
+MALFORMED = ("MalformedAvro", "the body does not decode with the schema its header names")  # error class, message
 
 
 @dataclass
@@ -109,6 +112,21 @@ class TopicPlan:
             self.json_rows, self.row_type = rows, row_type
         else:
             self.framed[str(schema_id)] = rows
+
+
+class BatchTopics(Protocol):
+    """A batch's topics for `Landing.land_topics` (`kafka_offsets.BatchReads`): each topic's records, read by
+    themselves or several topics' by one read, and which topics bring a few records each."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    @property
+    def quiet(self) -> frozenset[str]: ...
+
+    def read(self, topic: str) -> DataFrame: ...
+
+    def together(self, topics: Collection[str]) -> DataFrame: ...
 
 
 @dataclass(frozen=True)
@@ -180,42 +198,107 @@ class Landing:
         finally:
             raw.unpersist()
 
-    def land_topics(self, topics: list[tuple[str, DataFrame]], report: BatchReport,
-                    quiet: Collection[str] = ()) -> None:
-        """Land a batch topic by topic, given each topic's Kafka-shaped rows, each read once (`_one_pass`);
-        dead letters last.
+    def land_topics(self, topics: BatchTopics, report: BatchReport) -> None:
+        """Land a batch topic by topic, each topic's records read once (`_one_pass`); dead letters last.
 
         Up to `changelog.concurrent_topics` topics land at once, each in a thread of its own with a report of
         its own (merged in topic order): a topic's driver work (registry calls, building its plan over py4j,
         the Iceberg commit) is a second or so that would otherwise leave the executors idle.
 
-        The `quiet` topics (a few records each, `kafka_offsets.ONE_TASK_RECORDS`), on Iceberg with
-        `changelog.one_job_topics`, are not written one by one: each topic's landing stops at its append with its
-        table staged (`ManyTablesAppender.stage`: checked, created if new, planned), then one Spark job writes
-        every staged table and commits each through Iceberg's Java API, and each landing goes on from there (its
-        observed counts, dead letters and the rest of its records, as after a write of its own). A table the job
-        does not take (new columns, another partitioning) is appended by a write of its own."""
-        one_job = frozenset(quiet) if quiet and self.many is not None and self._native_session() else frozenset()
+        The quiet topics (a few records each, `kafka_offsets.ONE_TASK_RECORDS`), on Iceberg with
+        `changelog.one_job_topics`, are not written one by one. Those of Debezium envelopes the native decoder
+        reads are decoded by one plan and appended by one job (`quiet.py`); each then goes on as after a write
+        of its own (its counts, its dead letters and the rest of its records). Each other quiet topic's landing
+        stops at its append with its table staged (`ManyTablesAppender.stage`: checked, created if new,
+        planned), one Spark job writes every staged table and commits each through Iceberg's Java API, and
+        each landing goes on from there. A table neither job takes (new columns, another partitioning) is
+        appended by a write of its own."""
+        one_job = topics.quiet if topics.quiet and self.many is not None and self._native_session() else frozenset()
+        self.owners.claim_first(SourceTable.of_topic(topic) for topic in sorted(topics.names))
+        prepared = self._in_threads(lambda topic: self._quiet_topic(topic, report),
+                                    [(topic,) for topic in topics.names if topic in one_job])
+        together = [found for found in prepared if found is not None]
+        landed: dict[str, tuple[BatchReport, list[DataFrame] | Waiting]] = (
+            dict(self._land_together(together, topics, report)) if together else {})
 
-        def one(topic: str, rows: DataFrame) -> tuple[BatchReport, list[DataFrame] | Waiting]:
-            part, raw = report.part(), self._classified(rows)
+        def one(topic: str) -> tuple[BatchReport, list[DataFrame] | Waiting]:
+            part, raw = report.part(), self._classified(topics.read(topic))
             if topic in one_job:
                 return part, self._staged(self._one_pass_steps(raw, topic, part), part)
             return part, self._one_pass(raw, topic, part)
 
-        self.owners.claim_first(SourceTable.of_topic(topic) for topic, _ in sorted(topics, key=lambda t: t[0]))
-        landed = self._in_threads(one, topics)
-        waiting = [(part, found) for part, found in landed if isinstance(found, Waiting)]
+        others = [topic for topic in topics.names if topic not in landed]
+        landed.update(zip(others, self._in_threads(one, [(topic,) for topic in others])))
+        waiting = [topic for topic, (_, found) in landed.items() if isinstance(found, Waiting)]
         if waiting:
-            done = self._one_job([found for _, found in waiting], report)
-            resumed = iter(self._in_threads(self._resumed,
-                                            [(*item, appended) for item, appended in zip(waiting, done)]))
-            landed = [(part, next(resumed) if isinstance(found, Waiting) else found) for part, found in landed]
+            done = self._one_job([landed[topic][1] for topic in waiting], report)  # type: ignore[misc]
+            resumed = self._in_threads(self._resumed, [(*landed[topic], appended)
+                                                       for topic, appended in zip(waiting, done)])
+            landed.update({topic: (landed[topic][0], letters) for topic, letters in zip(waiting, resumed)})
         dead: list[DataFrame] = []
-        for part, letters in landed:
+        for topic in topics.names:
+            part, letters = landed[topic]
             report.merge(part)
             dead += letters  # type: ignore[arg-type]  # every Waiting was resumed
         self.append_dead_letters(dead, report)
+
+    def _quiet_topic(self, topic: str, report: BatchReport) -> QuietTopic | None:
+        """A quiet topic's driver work for the one plan (`quiet.py`): its writers, table and key. None when the
+        plan does not take it (not Debezium envelopes the native decoder reads, a name it cannot map, a table
+        whose columns the batch changes): it lands as any other quiet topic."""
+        writers = self.resolver.subject_writers(topic, self.framing.reads_headers)
+        by_reader, unresolved = self._by_reader(topic, dict(writers))
+        if unresolved or len(by_reader) != 1:
+            return None
+        [(reader, of_reader)] = by_reader.items()
+        if not _lands(reader) or detect_format(json.loads(reader)) != "debezium":
+            return None
+        if not self._native("debezium", json.loads(reader), of_reader, TopicPlan(topic)):
+            return None
+        source = SourceTable.of_topic(topic)
+        try:
+            name = self.owners.claim(source)
+        except UnmappableName:
+            return None  # dead-lettered by the per-topic path, which names why
+        keys = self.cfg.mirror.key_columns(name) or self._key(name, topic, {native.FORMAT})
+        config = native.config(of_reader, reader)
+        assert self.many is not None
+        target = self.many.target(quiet.change_record(self.spark, config), name, report.writer, report.batch_id,
+                                  created=self._creating(source, name))
+        return None if target is None else QuietTopic(topic, name, source, reader, of_reader, config, keys, target)
+
+    def _land_together(self, together: list[QuietTopic], topics: BatchTopics, report: BatchReport
+                       ) -> list[tuple[str, tuple[BatchReport, list[DataFrame]]]]:
+        """The one plan's topics decoded and appended by one job (`quiet.append`), then each topic's counts, dead
+        letters and the rest of its records (`_rest`), as after a write of its own. Per topic, its report and
+        dead letters."""
+        from pyspark.sql import functions as F
+
+        rows = self._classified(topics.together([t.topic for t in together])).withColumn(
+            quiet.BODY_OFFSET, self.framing.body_offset())
+        counted = quiet.append(self.spark, rows, together, report.writer, report.batch_id,
+                               stamp_values(report.batch_id), {BATCH_STARTED: str(report.started_ms)},
+                               self.cfg.changelog.concurrent_topics)
+
+        def after(topic: QuietTopic, found: quiet.Counted) -> tuple[str, tuple[BatchReport, list[DataFrame]]]:
+            part, target = report.part(), topic.target
+            done = self._recorded(Appended(target.name, found.written, target.skipped), topic.name, part)
+            self._counted(topic.topic, found.rows, found.tombstones, found.ids, done, part)
+            part.one_plan.append(topic.topic)
+            dead: list[DataFrame] = []
+            if found.invalid or found.refused or found.rest:
+                raw = self._classified(topics.read(topic.topic))
+                handled = _handled(topic.writers)
+                if found.invalid or found.refused:
+                    decoded = native.decoded(raw.where(handled), self.framing, topic.writers, topic.reader)
+                    dead += self._rejected(decoded, *MALFORMED, native.rejections(decoded, topic.reader, topic.keys),
+                                           invalid=found.invalid > 0, refused=found.refused > 0)
+                if found.rest:
+                    dead += self._rest(raw.where(~handled & (F.col("kind") != Kind.TOMBSTONE.value)),
+                                       topic.topic, part)
+            return topic.topic, (part, dead)
+
+        return self._in_threads(after, list(zip(together, counted)))
 
     def _in_threads(self, work: Callable[..., T], items: Sequence[tuple]) -> list[T]:
         """`work(*item)` for each item, `changelog.concurrent_topics` at a time, in the items' order."""
@@ -403,8 +486,7 @@ class Landing:
                 return self._planned(cached, report)
             finally:
                 cached.unpersist()
-        handled = ((F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isin(sorted(writers))
-                   & ~F.col("compressed"))
+        handled = _handled(writers)
         tombstone = F.col("kind") == Kind.TOMBSTONE.value
         counts = (F.count(F.lit(1)).alias("rows"), F.count_if(tombstone).alias("tombstones"),
                   F.count_if(~handled & ~tombstone).alias("rest"),
@@ -413,22 +495,34 @@ class Landing:
         dead, done = yield from self._topic_steps(raw.observe(seen, *counts).where(handled), TopicPlan(topic),
                                                   report.batch_id, report, grouped=(by_reader, {}))
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
-        self.resolver.carried(topic, observed["ids"])  # before the rest, whose ids may need the kind they show
-        report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
-        report.rows_in += observed["rows"]
-        report.tombstones += observed["tombstones"]
-        report.records[topic] = report.records.get(topic, 0) + observed["rows"] - observed["tombstones"]
+        self._counted(topic, observed["rows"], observed["tombstones"], observed["ids"], done, report)
         if observed["rest"]:
-            report.planned.append(topic)
-            rest = report.rest()
-            cached = self._routed(raw.where(~handled & ~tombstone)).persist()
-            try:
-                dead += self._planned(cached, rest)
-            finally:
-                cached.unpersist()
-            for table, n in rest.tables.items():
-                report.tables[table] = report.tables.get(table, 0) + n
-            report.skipped += rest.skipped
+            dead += self._rest(raw.where(~handled & ~tombstone), topic, report)
+        return dead
+
+    def _counted(self, topic: str, rows: int, tombstones: int, ids: Sequence[str], done: Appended | None,
+                 report: BatchReport) -> None:
+        """A topic's records landed in one pass, counted in the report; the writer ids they carried told to the
+        resolver (before the rest, whose ids may need the kind they show)."""
+        self.resolver.carried(topic, ids)
+        report.one_pass[topic] = report.one_pass.get(topic, 0) + (done.rows if done is not None else 0)
+        report.rows_in += rows
+        report.tombstones += tombstones
+        report.records[topic] = report.records.get(topic, 0) + rows - tombstones
+
+    def _rest(self, rows: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
+        """What one pass of a topic did not cover (`rows`, `_classified`), landed the planned way under a writer id
+        of its own (`report.rest()`), so that a replay skips or lands each part once. Returns its dead letters."""
+        report.planned.append(topic)
+        rest = report.rest()
+        cached = self._routed(rows).persist()
+        try:
+            dead = self._planned(cached, rest)
+        finally:
+            cached.unpersist()
+        for table, n in rest.tables.items():
+            report.tables[table] = report.tables.get(table, 0) + n
+        report.skipped += rest.skipped
         return dead
 
     def _planned(self, raw: DataFrame, report: BatchReport, plans: dict[str, TopicPlan] | None = None
@@ -590,8 +684,7 @@ class Landing:
             else:
                 part = decode.avro(of_writers, self.framing, writers, json.dumps(read_schema(schema, fmt)),
                                    inflate=plan.compressed > 0)
-            decoded.append((fmt, part, "MalformedAvro", "the body does not decode with the schema its header names",
-                            reader))
+            decoded.append((fmt, part, *MALFORMED, reader))
         if plan.json_rows:
             json_rows = rows.where(F.col("kind") == Kind.JSON.value)
             part = (decode.dms_json_fitting(json_rows, plan.row_type) if plan.fitting and plan.row_type
@@ -613,13 +706,23 @@ class Landing:
              for (fmt, part, _, _, reader), seen, checks in zip(decoded, observations, refused)])
         done = yield Request(changes, name, source)
         for (_, part, error_class, message, _), seen, checks in zip(decoded, observations, refused):
-            if done.skipped or seen.get["n"]:  # a replayed batch observed nothing: look again
-                dead.append(self._dead(part.where(~F.col(decode.VALID)), error_class, message))
-            if done.skipped or seen.get["refused"]:
-                for i, (condition, refusal, reason) in enumerate(checks):  # each row once, by its first reason
-                    dead.append(self._dead(part.where(F.col(decode.VALID) & condition & ~any_rejection(checks[:i])),
-                                           refusal, reason))
+            # a replayed batch observed nothing: look again
+            dead += self._rejected(part, error_class, message, checks, invalid=done.skipped or seen.get["n"] > 0,
+                                   refused=done.skipped or seen.get["refused"] > 0)
         return dead, done
+
+    def _rejected(self, part: DataFrame, error_class: str, message: str, checks: list[tuple[Column, str, str]],
+                  invalid: bool, refused: bool) -> list[DataFrame]:
+        """A decoded part's dead letters: with `invalid`, what did not decode (`error_class`, `message`); with
+        `refused`, what decoded but must not land, each row once, by the first of `checks` it fails."""
+        from pyspark.sql import functions as F
+
+        dead = [self._dead(part.where(~F.col(decode.VALID)), error_class, message)] if invalid else []
+        if refused:
+            for i, (condition, refusal, reason) in enumerate(checks):
+                dead.append(self._dead(part.where(F.col(decode.VALID) & condition & ~any_rejection(checks[:i])),
+                                       refusal, reason))
+        return dead
 
     @staticmethod
     def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
@@ -744,6 +847,14 @@ def _by_topic(cases: list[tuple[str, Column]]) -> Column:
     chosen = functools.reduce(lambda acc, case: acc.when(F.col("topic") == case[0], case[1]), cases[1:],
                               F.when(F.col("topic") == cases[0][0], cases[0][1])) if cases else F.lit(False)
     return F.coalesce(chosen, F.lit(False))
+
+
+def _handled(writers: Collection[str]) -> Column:
+    """Whether a `_classified` row is a framed envelope of one of `writers` (schema ids), uncompressed: what one
+    pass of its topic decodes."""
+    from pyspark.sql import functions as F
+
+    return (F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isin(sorted(writers)) & ~F.col("compressed")
 
 
 def _lands(reader: str) -> bool:

@@ -24,6 +24,7 @@ class BatchReport:
     seconds: float = 0.0  # how long the batch took to land
     one_pass: dict[str, int] = field(default_factory=dict)  # topic -> rows appended as they were read
     planned: list[str] = field(default_factory=list)  # topics (or what one pass left) landed the planned way
+    one_plan: list[str] = field(default_factory=list)  # quiet topics decoded by one plan and one job (quiet.py)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # wall clock, epoch ms
 
     def rest(self) -> BatchReport:
@@ -45,6 +46,7 @@ class BatchReport:
                 mine[key] = mine.get(key, 0) + count
         self.skipped += part.skipped
         self.planned += part.planned
+        self.one_plan += part.one_plan
 
     @property
     def rows_per_s(self) -> int:

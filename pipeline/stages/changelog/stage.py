@@ -202,7 +202,7 @@ class ChangelogStage:
                        for source in reported["sources"]), default=0) if reported else None
             log.info("changelog.batch", batch=report.batch_id, rows_in=report.rows_in, tables=report.tables,
                      dead_letters=report.dead_letters, tombstones=report.tombstones, skipped=report.skipped,
-                     control=report.control, planned=report.planned,
+                     control=report.control, planned=report.planned, one_plan=len(report.one_plan),
                      rows_per_s=report.rows_per_s, lag=lag)
             self._logged = report.batch_id
 

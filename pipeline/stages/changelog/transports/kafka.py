@@ -15,7 +15,7 @@ from cdc.framing import Framing
 from pipeline.config import kafka
 from pipeline.stages.changelog.errors import StageError
 from pipeline.stages.changelog.transports import Outage
-from pipeline.stages.changelog.transports.kafka_offsets import batch_ranges
+from pipeline.stages.changelog.transports.kafka_offsets import BatchReads, batch_ranges
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.cluster import is_local
 from registry.backend import RegistryError
@@ -84,8 +84,7 @@ class KafkaTransport:
         ranges = batch_ranges(spark, str(self.cfg.changelog.checkpoint), report.batch_id)
         parallelism = None if is_local(spark.sparkContext.master) else spark.sparkContext.defaultParallelism
         group = kafka.reader_group(self.cfg.kafka, str(self.cfg.changelog.checkpoint))
-        landing.land_topics([(r.topic, r.read(spark, self.cfg.kafka, self.headers, parallelism, group))
-                             for r in ranges], report, quiet={r.topic for r in ranges if r.quiet})
+        landing.land_topics(BatchReads(ranges, spark, self.cfg.kafka, self.headers, parallelism, group), report)
 
     def replay(self, landing: Landing, letters: DataFrame, report: BatchReport) -> None:
         landing.land(letters, report, store_dead_letters=False)

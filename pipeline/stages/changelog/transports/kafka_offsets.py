@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Collection
 
 from pipeline.config import kafka
 from pipeline.config.settings import KafkaSettings
 from pipeline.runtime.hadoop_files import read_text
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 EARLIEST = -2  # Spark's Kafka offset JSON: the partition's earliest offset
 # A topic with at most this many records in a batch is read by one task, whatever its partitions: such a topic's
@@ -73,18 +73,59 @@ class TopicRange:
         one task (`one_task`), so the job that lands them runs one task and writes one file per day; on a cluster
         of `parallelism` cores, in at least `min_tasks`. With `group` (`kafka.reader_group`), the executors'
         consumers of earlier reads in that group read these ranges too, instead of new ones."""
-        ranges = sorted(self.partitions.items())
-        options = kafka.spark_options(settings, headers=headers)
-        if group:
-            options["kafka.group.id"] = group
-        reader = (spark.read.format("kafka").options(**options)
-                  .option("assign", json.dumps({self.topic: [p for p, _ in ranges]}))
-                  .option("startingOffsets", json.dumps({self.topic: {str(p): s for p, (s, _) in ranges}}))
-                  .option("endingOffsets", json.dumps({self.topic: {str(p): e for p, (_, e) in ranges}}))
-                  .option("failOnDataLoss", "false"))
         tasks = self.min_tasks(parallelism)
+        reader = _reader(spark, settings, headers, group, [self])
         rows = (reader.option("minPartitions", str(tasks)) if tasks else reader).load()
         return rows.coalesce(1) if self.one_task else rows
+
+
+@dataclass(frozen=True)
+class BatchReads:
+    """A batch's topics (`ranges`), each read by itself (`TopicRange.read`), or several by one read (`together`)."""
+
+    ranges: list[TopicRange]
+    spark: SparkSession
+    settings: KafkaSettings
+    headers: bool
+    parallelism: int | None = None  # a cluster's cores (`TopicRange.read`); None: a local master
+    group: str | None = None  # `kafka.reader_group`
+
+    @property
+    def names(self) -> list[str]:
+        return [r.topic for r in self.ranges]
+
+    @property
+    def quiet(self) -> frozenset[str]:
+        """The topics of a few records each (`TopicRange.quiet`)."""
+        return frozenset(r.topic for r in self.ranges if r.quiet)
+
+    def read(self, topic: str) -> DataFrame:
+        return next(r for r in self.ranges if r.topic == topic).read(
+            self.spark, self.settings, self.headers, self.parallelism, self.group)
+
+    def together(self, topics: Collection[str]) -> DataFrame:
+        """The records of `topics` by one read (a task a Kafka partition): one plan for all of them."""
+        return _reader(self.spark, self.settings, self.headers, self.group,
+                       [r for r in self.ranges if r.topic in topics]).load()
+
+
+def _reader(spark: SparkSession, settings: KafkaSettings, headers: bool, group: str | None,
+            ranges: list[TopicRange]) -> DataFrameReader:
+    """A batch read of exactly these ranges, in the columns the streaming source gives."""
+    options = kafka.spark_options(settings, headers=headers)
+    if group:
+        options["kafka.group.id"] = group
+    assign: dict[str, list[int]] = {}
+    starts: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for r in ranges:
+        for p, (start, end) in sorted(r.partitions.items()):
+            assign.setdefault(r.topic, []).append(p)
+            starts.setdefault(r.topic, {})[str(p)] = start
+            ends.setdefault(r.topic, {})[str(p)] = end
+    return (spark.read.format("kafka").options(**options).option("assign", json.dumps(assign))
+            .option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
+            .option("failOnDataLoss", "false"))
 
 
 def batch_ranges(spark: SparkSession, checkpoint: str, batch_id: int) -> list[TopicRange]:

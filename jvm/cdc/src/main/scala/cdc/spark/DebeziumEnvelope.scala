@@ -1,9 +1,12 @@
 package cdc.spark
 
+import java.time.ZoneId
+
 import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.avro.Schema
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Expression, TernaryExpression, TimeZoneAwareExpression}
 import org.apache.spark.sql.catalyst.expressions.codegen.{CodegenContext, ExprCode}
 import org.apache.spark.sql.types._
@@ -30,22 +33,10 @@ case class DebeziumEnvelope(value: Expression, schemaId: Expression, bodyOffset:
   @transient private lazy val parsed = DebeziumEnvelope.Config(config)
   override def dataType: DataType = parsed.dataType
 
-  @transient private lazy val programs: java.util.HashMap[UTF8String, EnvelopeProgram] = {
-    val map = new java.util.HashMap[UTF8String, EnvelopeProgram]()
-    parsed.writers.foreach { case (id, writer) =>
-      map.put(UTF8String.fromString(id), new EnvelopeProgram(writer, parsed, zoneId))
-    }
-    map
-  }
-  @transient private lazy val cursor = new Cursor(null, 0)
+  @transient private lazy val decoder = new DebeziumEnvelope.Decoder(parsed, zoneId)
 
-  override protected def nullSafeEval(bytes: Any, id: Any, offset: Any): Any = {
-    val program = programs.get(id.asInstanceOf[UTF8String])
-    if (program == null) return null
-    cursor.bytes = bytes.asInstanceOf[Array[Byte]]
-    cursor.pos = offset.asInstanceOf[Int]
-    try program.read(cursor) catch { case _: RuntimeException => null } // truncated or malformed: a dead letter
-  }
+  override protected def nullSafeEval(bytes: Any, id: Any, offset: Any): Any =
+    decoder.decode(bytes.asInstanceOf[Array[Byte]], id.asInstanceOf[UTF8String], offset.asInstanceOf[Int])
 
   override def doGenCode(ctx: CodegenContext, ev: ExprCode): ExprCode = {
     val self = ctx.addReferenceObj("envelope", this, getClass.getName)
@@ -94,6 +85,28 @@ object DebeziumEnvelope {
       i += 1
     }
     if (found) n else null
+  }
+
+  /** A config's envelopes decoded, a program compiled once per writer; not thread-safe (one per task). */
+  final class Decoder(config: Config, zone: ZoneId) {
+    private val programs = new java.util.HashMap[UTF8String, EnvelopeProgram]()
+    config.writers.foreach { case (id, writer) =>
+      programs.put(UTF8String.fromString(id), new EnvelopeProgram(writer, config, zone))
+    }
+    private val cursor = new Cursor(null, 0)
+
+    /** Whether `id` names one of the config's writers. */
+    def writes(id: UTF8String): Boolean = programs.containsKey(id)
+
+    /** The change record (`Config.dataType`) of a body at `offset` of `bytes`, written as writer `id`; null when
+     *  `id` names no writer or the body does not decode. */
+    def decode(bytes: Array[Byte], id: UTF8String, offset: Int): InternalRow = {
+      val program = programs.get(id)
+      if (program == null) return null
+      cursor.bytes = bytes
+      cursor.pos = offset
+      try program.read(cursor) catch { case _: RuntimeException => null } // truncated or malformed: a dead letter
+    }
   }
 
   final case class Config(text: String) {
