@@ -38,7 +38,7 @@ def archive(cfg: PipelineConfig) -> Path:
     java = shutil.which("java", path=str(Path(home) / "bin")) if home else shutil.which("java")
     parts = [os.path.realpath(java or "java"), str(Path(pyspark.__file__).parent), pyspark.__version__]
     parts += [f"{jar.name}:{jar.stat().st_size}" for jar in sorted(cfg.jars_dir.glob("*/*.jar"))
-              if jar.parent.name in ("spark", "cdc")]
+              if jar.parent.name in ("spark", "cdc", "localfs")]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return cfg.jars_dir / FOLDER / f"spark-{digest}.jsa"
 

@@ -111,9 +111,10 @@ KAFKA = Bundle("kafka", "dependency:copy-dependencies")
 APICURIO = Bundle("apicurio", "dependency:unpack@registry")
 CONNECT = Bundle("connect", "dependency:copy-dependencies")  # Kafka Connect + Debezium + Apicurio's converter
 FUNCTIONS = Bundle("cdc", "package", built=True)  # the pipeline's own Spark functions (`cdc/native.py`)
+LOCAL_FS = Bundle("localfs", "package", built=True)  # Hadoop's local file system without a process a file
 TRINO = Bundle("trino", "dependency:copy@server",  # the engine Athena runs, with its Iceberg and Delta Lake connectors
                extract=("lib/", "plugin/iceberg/", "plugin/delta-lake/"))
-BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT, FUNCTIONS, TRINO)
+BUNDLES = (SPARK, KAFKA, APICURIO, CONNECT, FUNCTIONS, LOCAL_FS, TRINO)
 
 
 def resolve_all(jars_dir: Path, offline: bool = False) -> dict[str, Path]:
@@ -138,6 +139,11 @@ def spark_jars(jars_dir: Path) -> list[Path]:
         raise SetupError(f"the pipeline's Spark functions are not built in {FUNCTIONS.folder(jars_dir)}: run "
                          "`python -m pipeline setup`")
     return sorted(SPARK.folder(jars_dir).glob("*.jar")) + sorted(FUNCTIONS.folder(jars_dir).glob("*.jar"))
+
+
+def local_fs_jars(jars_dir: Path) -> list[Path]:
+    """jvm/localfs's jar (`cdc.hadoop.LocalFileSystem`), or none when `pipeline setup` has not built it."""
+    return sorted(LOCAL_FS.folder(jars_dir).glob("*.jar")) if LOCAL_FS.is_resolved(jars_dir) else []
 
 
 # S3A belongs to the cluster's Hadoop: hadoop-aws must match its Hadoop version exactly, and EMR brings its own

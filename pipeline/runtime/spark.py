@@ -33,6 +33,9 @@ SQL_EXTENSIONS = (
     "cdc.spark.CdcExtensions"  # jvm/cdc; a session without its jar logs a warning and decodes without it
 )
 
+# jvm/localfs: Hadoop's local file system without a `chmod` process for every file it creates
+LOCAL_FILE_SYSTEM = "cdc.hadoop.LocalFileSystem"
+
 
 def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     """Every Spark setting the pipeline needs, as plain strings (what spark-submit --conf would take)."""
@@ -66,6 +69,10 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         conf["spark.python.daemon.module"] = "pipeline.runtime.worker_daemon"
     if cfg.spark.connector_jars == "local":
         conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
+    local_fs = jvm.local_fs_jars(cfg.jars_dir) if _local(cfg) else []
+    if local_fs:  # on the driver's class path: spark-submit reads `spark.jars` through it before they load
+        conf["spark.driver.extraClassPath"] = ":".join(str(jar) for jar in local_fs)
+        conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
     conf.update(s3a_conf(cfg))
     mine = conf["spark.driver.extraJavaOptions"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -41,3 +42,19 @@ def test_a_failing_item_stops_none_of_the_others_and_is_raised(spark) -> None:
         pool.map(work, ["a", "bad", "c", "d"], workers=2, name="test")
     assert sorted(done) == ["a", "c", "d"]
     assert pool.map(work, ["e"], workers=2, name="test") == ["e"]  # one item: in the calling thread
+
+
+def test_local_files_get_their_permissions_from_the_pipelines_file_system(spark, tmp_path) -> None:
+    """jvm/localfs: the session's `file:` file system is the pipeline's, which sets a file's permissions through
+    Java's file API where Hadoop's runs a `chmod` process; a new file gets Hadoop's default, 666 less its umask 022."""
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{tmp_path.as_uri()}/file")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    assert fs.getClass().getName() == "cdc.hadoop.LocalFileSystem"
+    fs.create(path).close()
+    assert os.stat(tmp_path / "file").st_mode & 0o777 == 0o644
+    fs.setPermission(path, jvm.org.apache.hadoop.fs.permission.FsPermission.valueOf("-rw-r-----"))
+    assert os.stat(tmp_path / "file").st_mode & 0o777 == 0o640
+    fs.setPermission(path, jvm.org.apache.hadoop.fs.permission.FsPermission.valueOf("-rwx--x-w-"))
+    assert os.stat(tmp_path / "file").st_mode & 0o777 == 0o712
+

@@ -233,3 +233,18 @@ def test_a_local_driver_maps_the_class_data_archive_once_setup_wrote_it(tmp_path
     (cfg.jars_dir / "spark").mkdir(parents=True)
     (cfg.jars_dir / "spark" / "iceberg-spark-runtime-9.jar").write_bytes(b"jar")
     assert class_data.archive(cfg) != written  # another set of jars: another archive, which setup writes
+
+
+def test_a_local_driver_creates_local_files_without_a_process_once_setup_built_it(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """jvm/localfs's file system goes on a local driver's class path (spark-submit reads the jars through it before
+    they load), and is the `file:` file system; without its jar, or on a cluster, Hadoop's own."""
+    cfg = _cfg(tmp_path)
+    assert "spark.hadoop.fs.file.impl" not in spark_conf(cfg)  # not built yet
+    jar = cfg.jars_dir / "localfs" / "cdc-localfs-1.jar"
+    monkeypatch.setattr(jvm, "local_fs_jars", lambda jars_dir: [jar] if jars_dir == cfg.jars_dir else [])
+    conf = spark_conf(cfg)
+    assert (conf["spark.driver.extraClassPath"], conf["spark.hadoop.fs.file.impl"]) == (
+        str(jar), "cdc.hadoop.LocalFileSystem")
+    remote = spark_conf(_cfg(tmp_path, "spark.master=spark://10.0.0.5:7077"))
+    assert "spark.hadoop.fs.file.impl" not in remote and "spark.driver.extraClassPath" not in remote

@@ -10,9 +10,12 @@ native decoder's programs (`cdc/native.py`), so both paths land the same rows.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import structlog
 
 from cdc.framing import Kind
 from tables.append import COMMIT_PROPERTY, TASKS_PER_CORE, Staged
@@ -21,6 +24,8 @@ from tables.names import SourceTable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+log = structlog.get_logger(__name__)
 
 BODY_OFFSET = "body_offset"  # the input's column: where a framed value's Avro body starts (`Framing.body_offset`)
 
@@ -52,8 +57,10 @@ class Counted:
     ids: list[str]  # the writer ids its framed records carried
 
 
+@functools.lru_cache(maxsize=4096)
 def change_record(spark: SparkSession, config: str) -> StructType:
-    """The columns a topic of envelope config `config` (`native.config`) lands in: its change record, stamped."""
+    """The columns a topic of envelope config `config` (`native.config`) lands in: its change record, stamped.
+    Asked once a process per config: a topic's writers are the same from batch to batch."""
     from pyspark.sql.types import StructType
 
     return StructType.fromJson(json.loads(_quiet_topics(spark).schema(config)))
@@ -66,10 +73,12 @@ def append(spark: SparkSession, rows: DataFrame, topics: Sequence[QuietTopic], w
     tasks = TASKS_PER_CORE * spark.sparkContext.defaultParallelism
     tables: list[Any] = [None if topic.target.skipped else topic.target.table for topic in topics]
     found = json.loads(_quiet_topics(spark).append(
-        rows._jdf, [t.topic for t in topics], [t.config for t in topics], [list(t.keys) for t in topics], tables, dict(stamps),
-        {**properties, COMMIT_PROPERTY: f"{writer_id}:{batch_id}"}, Kind.FRAMED.value, Kind.TOMBSTONE.value,
-        tasks, threads))
-    return [Counted(**counts) for counts in found]
+        rows._jdf, [t.topic for t in topics], [t.config for t in topics], [list(t.keys) for t in topics], tables,
+        dict(stamps), {**properties, COMMIT_PROPERTY: f"{writer_id}:{batch_id}"}, Kind.FRAMED.value,
+        Kind.TOMBSTONE.value, tasks, threads))
+    log.info("changelog.quiet_topics", batch=batch_id, topics=len(topics), job_s=round(found["job_s"], 2),
+             commits_s=round(found["commits_s"], 2))
+    return [Counted(**counts) for counts in found["topics"]]
 
 
 def _quiet_topics(spark: SparkSession) -> Any:  # the py4j class cdc.spark.QuietTopics

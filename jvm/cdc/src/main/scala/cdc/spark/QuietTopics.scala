@@ -9,6 +9,7 @@ import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.iceberg.{DataFile, Table}
 import org.apache.iceberg.spark.SparkSchemaUtil
 import org.apache.iceberg.spark.source.SerializableTableWithSize
+import org.apache.spark.HashPartitioner
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
@@ -24,8 +25,8 @@ import org.apache.spark.unsafe.types.UTF8String
  *  Why: a batch of a whole database is mostly quiet topics, and each one decoded by a plan of its own cost its
  *  table a plan built over py4j, analysed and compiled on the driver: about a second a table, against the issue's
  *  50 ms (docs/benchmarks.md). Here every quiet topic's records come from one read, classified by one plan
- *  (`rows`: the columns `Landing._classified` gives and `body_offset`), hashed by topic so a topic's records meet
- *  in one task and sorted by it so a task has one table open at a time. Each record is decoded with its topic's
+ *  (`rows`: the columns `Landing._classified` gives and `body_offset`), read by a few tasks, then hashed by topic
+ *  so a topic's records meet in one task and sorted by it so a task has one table open at a time. Each record is decoded with its topic's
  *  envelope programs (`DebeziumEnvelope.Decoder`: the native decoder's, so both paths give the same rows), laid out
  *  in its table's columns and written by `TableFiles`; each table is then committed once (`ManyTables.commit`).
  *
@@ -68,8 +69,9 @@ object QuietTopics {
    *  columns `keys(i)`, into `tables(i)` (null: the table holds the batch already; its records are only counted).
    *  `stamps` give `_ingested_at` (micros) and `_batch_id`; `framed` and `tombstone` are the `kind` column's values
    *  of a registry-framed record and of a tombstone. One Spark job of `tasks` tasks, then the commits, `threads` at a
-   *  time, each with the snapshot properties `snapshot`. Returns, per topic in `names`' order, its counts and the
-   *  writer ids its framed records carried, as JSON: `[{"rows": n, ..., "ids": [...]}, ...]`. */
+   *  time, each with the snapshot properties `snapshot`. Returns, as JSON, the seconds of the job and of the
+   *  commits and per topic, in `names`' order, its counts and the writer ids its framed records carried:
+   *  `{"job_s": s, "commits_s": s, "topics": [{"rows": n, ..., "ids": [...]}, ...]}`. */
   def append(rows: Dataset[Row], names: java.util.List[String], configs: java.util.List[String],
              keys: java.util.List[java.util.List[String]], tables: java.util.List[Table],
              stamps: java.util.Map[String, java.lang.Number], snapshot: java.util.Map[String, String],
@@ -89,15 +91,22 @@ object QuietTopics {
     val stamped = (stamps.get("_ingested_at").longValue, stamps.get("_batch_id").longValue)
     val kinds = (UTF8String.fromString(framed), UTF8String.fromString(tombstone))
     val zone = SQLConf.get.sessionLocalTimeZone
-    val input = rows.select(Input.map(col): _*).repartition(math.max(1, tasks), col("topic"))
-      .sortWithinPartitions("topic")
-    val found = try input.queryExecution.toRdd.mapPartitionsWithIndex { (part, records) =>
+    val index = topics.zipWithIndex.toMap
+    val parts = math.max(1, tasks)
+    // A task a Kafka partition cost each topic several tasks of fixed cost (launch, the source's projections,
+    // a consumer's seek), so the read is coalesced first; then each topic's records are brought to one task.
+    val byTopic = rows.select(Input.map(col): _*).queryExecution.toRdd.coalesce(parts)
+      .map(record => (index(record.getUTF8String(1)), record.copy())) // the scan reuses its row
+      .repartitionAndSortWithinPartitions(new HashPartitioner(parts))
+    val started = System.nanoTime
+    val found = try byTopic.mapPartitionsWithIndex { (part, records) =>
       val task = new Task(topics, configText, keySets, layouts, shipped.value, stamped, kinds, ZoneId.of(zone), part)
-      records.foreach(task.add)
+      records.foreach { case (topic, record) => task.add(topic, record) }
       Iterator(task.finish())
     }.collect() finally shipped.destroy()
     val files = found.flatMap(_.files).groupMap(_._1)(_._2).view.mapValues(_.flatten.toSeq).toMap
     val written = tables.asScala.zipWithIndex.filter(_._1 != null)
+    val job = System.nanoTime
     val committed = ManyTables.commit(written.map(_._1).toSeq,
       written.zipWithIndex.flatMap { case ((_, i), w) => files.get(i).map(w -> _) }.toMap, snapshot, threads)
     val counts = Array.ofDim[Long](count, Counted.size)
@@ -110,9 +119,12 @@ object QuietTopics {
       require(n == counts(i)(Written), s"${names.get(i)}: committed $n rows of ${counts(i)(Written)} written")
     }
     val mapper = new ObjectMapper()
-    val out = mapper.createArrayNode()
+    val out = mapper.createObjectNode()
+    out.put("job_s", (job - started) / 1e9)
+    out.put("commits_s", (System.nanoTime - job) / 1e9)
+    val topicsOut = out.putArray("topics")
     for (i <- 0 until count) {
-      val node = out.addObject()
+      val node = topicsOut.addObject()
       Counted.indices.foreach(c => node.put(Counted(c), counts(i)(c)))
       val list = node.putArray("ids")
       ids(i).foreach(list.add)
@@ -127,11 +139,10 @@ object QuietTopics {
   private final case class Found(files: Seq[(Int, Array[DataFile])], counts: Array[Array[Long]],
                                  ids: Array[Set[String]])
 
-  /** One task's records, each topic's together (the input is sorted by topic): one table's files open at a time. */
+  /** One task's records, each topic's together (sorted by topic): one table's files open at a time. */
   private final class Task(topics: Array[UTF8String], configs: Array[String], keys: Array[Set[UTF8String]],
                            layouts: Array[Array[Int]], tables: Array[Table], stamps: (Long, Long),
                            kinds: (UTF8String, UTF8String), zone: ZoneId, part: Int) {
-    private val index = topics.zipWithIndex.toMap
     private val counts = Array.ofDim[Long](topics.length, Counted.size)
     private val ids = Array.fill(topics.length)(mutable.Set[String]())
     private val files = mutable.ArrayBuffer[(Int, Array[DataFile])]()
@@ -140,8 +151,7 @@ object QuietTopics {
     private var width = 0
     private var open: TableFiles = _
 
-    def add(record: InternalRow): Unit = {
-      val topic = index(record.getUTF8String(1))
+    def add(topic: Int, record: InternalRow): Unit = {
       if (topic != current) start(topic)
       val n = counts(topic)
       n(Rows) += 1
