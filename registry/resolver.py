@@ -15,10 +15,10 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from pipeline.config.settings import AwsSettings, RegistrySettings
-from registry.apicurio import ApicurioClient
+from registry.apicurio import ApicurioClient, ArtifactVersion
 from registry.avro import avro_schema
 from registry.backend import RegistryError, SchemaRegistry, not_found, unless_not_found
 from registry.ccompat import ConfluentCompatClient
@@ -95,7 +95,22 @@ class SchemaResolver:
         `carried` the ids the other records carried."""
         if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC:
             return {}
-        versions = self.apicurio.client.versions(subject_name(self.strategy, topic, None))
+        return self._listed_writers(topic, self.apicurio.client.versions(subject_name(self.strategy, topic, None)),
+                                    header_ids)
+
+    def subjects_writers(self, topics: Sequence[str], header_ids: bool) -> dict[str, dict[str, str]] | None:
+        """`subject_writers` of each of `topics`, their subjects' versions listed by one search of the registry's
+        group (a call a page of 500 versions) rather than a call a subject; None when the group's pages would
+        outnumber half the topics (a group shared with other databases): then ask `subject_writers` of each."""
+        if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC or not topics:
+            return {topic: {} for topic in topics}
+        listed = self.apicurio.client.group_versions(max_pages=len(topics) // 2)
+        if listed is None:
+            return None
+        return {topic: self._listed_writers(topic, listed.get(subject_name(self.strategy, topic, None), []),
+                                            header_ids) for topic in topics}
+
+    def _listed_writers(self, topic: str, versions: Sequence[ArtifactVersion], header_ids: bool) -> dict[str, str]:
         kinds = ID_KINDS if self.apicurio.payload_id == "auto" else (self.apicurio.payload_id,)
         numbers = {"global": [v.global_id for v in versions], "content": [v.content_id for v in versions]}
         candidates = {str(n) for kind in kinds for n in numbers[kind]}

@@ -37,6 +37,7 @@ class FakeApicurio:
                  down: bool = False) -> None:
         self.registered, self.late, self.down = versions, set(late), down
         self.asked: list[tuple[str, int]] = []
+        self.listed: list[str] = []  # the artifacts whose versions were listed ("*": the group's)
 
     def _find(self, kind: str, schema_id: int) -> str:
         if self.down:
@@ -60,9 +61,18 @@ class FakeApicurio:
         return any(v[0] == artifact_id and v[index] == schema_id for v in self.registered)
 
     def versions(self, artifact_id: str) -> list[ArtifactVersion]:
+        self.listed.append(artifact_id)
         return [ArtifactVersion("default", artifact_id, str(n), global_id, content_id)
                 for n, (_, global_id, content_id, _) in enumerate(
                     [v for v in self.registered if v[0] == artifact_id], start=1)]
+
+    def group_versions(self, max_pages: int | None = None) -> dict[str, list[ArtifactVersion]] | None:
+        """One page a version, as if the page held one."""
+        self.listed.append("*")
+        if max_pages is not None and len(self.registered) > max_pages:
+            return None
+        artifacts = {artifact for artifact, *_ in self.registered}
+        return {artifact: self.versions(artifact) for artifact in sorted(artifacts)}
 
 
 @pytest.fixture(autouse=True)
@@ -142,6 +152,18 @@ def test_the_ids_listed_from_a_subject_show_nothing_about_the_producers_kind() -
     resolver.carried(TOPIC, ["80"])
     assert resolver.writers(TOPIC, ["79"]) == {"79": V1}
     assert resolver.subject_writers(TOPIC, header_ids=False)["79"] == V1  # the next batch lists it
+
+
+def test_many_topics_subjects_are_listed_by_one_search_as_each_is_by_itself() -> None:
+    fake = FakeApicurio([("other-key", 77, 78, OTHER), (SUBJECT, 78, 79, V1), (SUBJECT, 79, 80, V2),
+                         ("shop.public.customers-value", 80, 81, OTHER)])
+    topics = [TOPIC, "shop.public.customers", "shop.public.none"]
+    each = {topic: _resolver(fake).subject_writers(topic, header_ids=True) for topic in topics}
+    fake.listed.clear()
+    assert _resolver(fake).subjects_writers(topics * 3, header_ids=True) == each  # 4 pages, 9 topics
+    assert (fake.listed.count("*"), len(fake.listed)) == (1, 4)  # one search of the group, its three artifacts
+    assert each[TOPIC] and each["shop.public.customers"] and not each["shop.public.none"]
+    assert _resolver(fake).subjects_writers(topics, header_ids=True) is None  # 4 pages for 3 topics: each by itself
 
 
 def test_a_listed_id_alone_leaves_an_ambiguous_id_undecided() -> None:

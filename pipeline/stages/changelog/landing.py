@@ -215,9 +215,16 @@ class Landing:
         appended by a write of its own."""
         one_job = topics.quiet if topics.quiet and self.many is not None and self._native_session() else frozenset()
         self.owners.claim_first(SourceTable.of_topic(topic) for topic in sorted(topics.names))
-        prepared = self._in_threads(lambda topic: self._quiet_topic(topic, report),
-                                    [(topic,) for topic in topics.names if topic in one_job])
-        together = [found for found in prepared if found is not None]
+        quiet_topics = [topic for topic in topics.names if topic in one_job]
+        headers = self.framing.reads_headers
+        listed = self.resolver.subjects_writers(quiet_topics, headers)  # one search for all, or None
+
+        def prepared(topic: str) -> QuietTopic | None:
+            writers = listed[topic] if listed is not None else self.resolver.subject_writers(topic, headers)
+            return self._quiet_topic(topic, writers, report)
+
+        together = [found for found in self._in_threads(prepared, [(topic,) for topic in quiet_topics])
+                    if found is not None]
         landed: dict[str, tuple[BatchReport, list[DataFrame] | Waiting]] = (
             dict(self._land_together(together, topics, report)) if together else {})
 
@@ -242,11 +249,11 @@ class Landing:
             dead += letters  # type: ignore[arg-type]  # every Waiting was resumed
         self.append_dead_letters(dead, report)
 
-    def _quiet_topic(self, topic: str, report: BatchReport) -> QuietTopic | None:
-        """A quiet topic's driver work for the one plan (`quiet.py`): its writers, table and key. None when the
-        plan does not take it (not Debezium envelopes the native decoder reads, a name it cannot map, a table
-        whose columns the batch changes): it lands as any other quiet topic."""
-        writers = self.resolver.subject_writers(topic, self.framing.reads_headers)
+    def _quiet_topic(self, topic: str, writers: dict[str, str], report: BatchReport) -> QuietTopic | None:
+        """A quiet topic's driver work for the one plan (`quiet.py`), given its subject's writers
+        (`SchemaResolver.subjects_writers`, or its own listing): its readers, table and key. None when the plan does not take it (not
+        Debezium envelopes the native decoder reads, a name it cannot map, a table whose columns the batch
+        changes): it lands as any other quiet topic."""
         by_reader, unresolved = self._by_reader(topic, dict(writers))
         if unresolved or len(by_reader) != 1:
             return None
