@@ -251,16 +251,17 @@ class Landing:
 
     def _quiet_topic(self, topic: str, writers: dict[str, str], report: BatchReport) -> QuietTopic | None:
         """A quiet topic's driver work for the one plan (`quiet.py`), given its subject's writers
-        (`SchemaResolver.subjects_writers`, or its own listing): its readers, table and key. None when the plan does not take it (not
-        Debezium envelopes the native decoder reads, a name it cannot map, a table whose columns the batch
-        changes): it lands as any other quiet topic."""
+        (`SchemaResolver.subjects_writers`, or its own listing): its reader, table and key. None when the plan
+        does not take it (not Debezium envelopes the native decoder reads, a name it cannot map, a table whose
+        columns the batch changes): it lands as any other quiet topic."""
         by_reader, unresolved = self._by_reader(topic, dict(writers))
         if unresolved or len(by_reader) != 1:
             return None
         [(reader, of_reader)] = by_reader.items()
-        if not _lands(reader) or detect_format(json.loads(reader)) != "debezium":
+        if not _lands(reader):
             return None
-        if not self._native("debezium", json.loads(reader), of_reader, TopicPlan(topic)):
+        schema = json.loads(reader)
+        if detect_format(schema) != "debezium" or not self._native("debezium", schema, of_reader, TopicPlan(topic)):
             return None
         source = SourceTable.of_topic(topic)
         try:

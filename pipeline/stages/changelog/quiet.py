@@ -66,10 +66,11 @@ def change_record(spark: SparkSession, config: str) -> StructType:
     return StructType.fromJson(json.loads(_quiet_topics(spark).schema(config)))
 
 
-def append(spark: SparkSession, rows: DataFrame, topics: Sequence[QuietTopic], writer_id: str, batch_id: int, stamps: Mapping[str, int], properties: Mapping[str, str],
-           threads: int) -> list[Counted]:
-    """Decodes `topics`' records of `rows` (`Landing._classified`'s columns and `BODY_OFFSET`) and appends them to their tables, each committed with `properties` and the commit tag of
-    (`writer_id`, `batch_id`); `stamps` fill `_ingested_at` (micros) and `_batch_id`. In `topics`' order."""
+def append(spark: SparkSession, rows: DataFrame, topics: Sequence[QuietTopic], writer_id: str, batch_id: int,
+           stamps: Mapping[str, int], properties: Mapping[str, str], threads: int) -> list[Counted]:
+    """Decodes `topics`' records of `rows` (`Landing._classified`'s columns and `BODY_OFFSET`) and appends them to
+    their tables, each committed with `properties` and the commit tag of (`writer_id`, `batch_id`); `stamps` fill
+    `_ingested_at` (micros) and `_batch_id`. In `topics`' order; the job's and the commits' seconds are logged."""
     tasks = TASKS_PER_CORE * spark.sparkContext.defaultParallelism
     tables: list[Any] = [None if topic.target.skipped else topic.target.table for topic in topics]
     found = json.loads(_quiet_topics(spark).append(
