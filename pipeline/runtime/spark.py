@@ -69,14 +69,18 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         conf["spark.python.daemon.module"] = "pipeline.runtime.worker_daemon"
     if cfg.spark.connector_jars == "local":
         conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
-    local_fs = jvm.local_fs_jars(cfg.jars_dir) if _local(cfg) else []
-    if local_fs:  # on the driver's class path: spark-submit reads `spark.jars` through it before they load
-        conf["spark.driver.extraClassPath"] = ":".join(str(jar) for jar in local_fs)
+    # a local driver whose JVM the pipeline starts with its jars (not spark-submit's, whose class path is set)
+    launched_here = _local(cfg) and cfg.spark.connector_jars == "local"
+    local_fs = [str(jar) for jar in jvm.local_fs_jars(cfg.jars_dir)] if launched_here else []
+    if local_fs:
         conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
     conf.update(s3a_conf(cfg))
     mine = conf["spark.driver.extraJavaOptions"]
     conf.update(cfg.spark.conf)
+    if local_fs:  # on the driver's class path, beside the user's: spark-submit reads `spark.jars` through it
+        paths = [path for path in conf.get("spark.driver.extraClassPath", "").split(":") if path]
+        conf["spark.driver.extraClassPath"] = ":".join([*paths, *(jar for jar in local_fs if jar not in paths)])
     if mine not in conf["spark.driver.extraJavaOptions"] and "log4j2.configurationFile" not in conf[
             "spark.driver.extraJavaOptions"]:  # the user's JVM options, and the log configuration unless they name one
         conf["spark.driver.extraJavaOptions"] = f"{mine} {conf['spark.driver.extraJavaOptions']}"

@@ -13,7 +13,7 @@ from registry.apicurio import ArtifactVersion
 from registry.backend import RegistryError
 from registry.ids import UnresolvedSchemaId, WireId
 from registry.payload_ids import ApicurioIds, choose
-from registry.resolver import SchemaResolver
+from registry.resolver import GROUP_SEARCH_TOPICS, SchemaResolver
 from registry.subjects import SubjectStrategy
 
 TOPIC = "shop.public.orders"
@@ -157,13 +157,17 @@ def test_the_ids_listed_from_a_subject_show_nothing_about_the_producers_kind() -
 def test_many_topics_subjects_are_listed_by_one_search_as_each_is_by_itself() -> None:
     fake = FakeApicurio([("other-key", 77, 78, OTHER), (SUBJECT, 78, 79, V1), (SUBJECT, 79, 80, V2),
                          ("shop.public.customers-value", 80, 81, OTHER)])
-    topics = [TOPIC, "shop.public.customers", "shop.public.none"]
+    named = [TOPIC, "shop.public.customers", "shop.public.none"]
+    topics = named + [f"shop.public.t{i}" for i in range(GROUP_SEARCH_TOPICS - len(named))]
     each = {topic: _resolver(fake).subject_writers(topic, header_ids=True) for topic in topics}
     fake.listed.clear()
-    assert _resolver(fake).subjects_writers(topics * 3, header_ids=True) == each  # 4 pages, 9 topics
+    assert _resolver(fake).subjects_writers(topics, header_ids=True) == each
     assert (fake.listed.count("*"), len(fake.listed)) == (1, 4)  # one search of the group, its three artifacts
     assert each[TOPIC] and each["shop.public.customers"] and not each["shop.public.none"]
-    assert _resolver(fake).subjects_writers(topics, header_ids=True) is None  # 4 pages for 3 topics: each by itself
+    fake.listed.clear()
+    assert _resolver(fake).subjects_writers(named, header_ids=True) is None and not fake.listed  # a few: each
+    fake.registered += [("more-value", 100 + i, 200 + i, OTHER) for i in range(GROUP_SEARCH_TOPICS)]
+    assert _resolver(fake).subjects_writers(topics, header_ids=True) is None  # more pages than half the topics
 
 
 def test_a_listed_id_alone_leaves_an_ambiguous_id_undecided() -> None:

@@ -237,14 +237,21 @@ def test_a_local_driver_maps_the_class_data_archive_once_setup_wrote_it(tmp_path
 
 def test_a_local_driver_creates_local_files_without_a_process_once_setup_built_it(tmp_path: Path,
                                                                                   monkeypatch) -> None:
-    """jvm/localfs's file system goes on a local driver's class path (spark-submit reads the jars through it before
-    they load), and is the `file:` file system; without its jar, or on a cluster, Hadoop's own."""
-    cfg = _cfg(tmp_path)
+    """jvm/localfs's file system goes on the class path of a local driver the pipeline starts (spark-submit reads
+    the jars through it before they load), and is the `file:` file system; without its jar, on a cluster or under
+    spark-submit, Hadoop's own."""
+    cfg = _cfg(tmp_path, "spark.connector_jars=local")
+    monkeypatch.setattr(jvm, "spark_jars", lambda jars_dir: [])
     assert "spark.hadoop.fs.file.impl" not in spark_conf(cfg)  # not built yet
     jar = cfg.jars_dir / "localfs" / "cdc-localfs-1.jar"
     monkeypatch.setattr(jvm, "local_fs_jars", lambda jars_dir: [jar] if jars_dir == cfg.jars_dir else [])
+    assert "spark.hadoop.fs.file.impl" not in spark_conf(_cfg(tmp_path))  # spark-submit provides the jars
     conf = spark_conf(cfg)
     assert (conf["spark.driver.extraClassPath"], conf["spark.hadoop.fs.file.impl"]) == (
         str(jar), "cdc.hadoop.LocalFileSystem")
-    remote = spark_conf(_cfg(tmp_path, "spark.master=spark://10.0.0.5:7077"))
+    remote = spark_conf(_cfg(tmp_path, "spark.connector_jars=local", "spark.master=spark://10.0.0.5:7077"))
     assert "spark.hadoop.fs.file.impl" not in remote and "spark.driver.extraClassPath" not in remote
+    # a class path of the user's (the SQL server's connector jars) keeps it: without it the JVM would not start
+    users = spark_conf(_cfg(tmp_path, "spark.connector_jars=local",
+                            "spark.conf.spark.driver.extraClassPath=/x.jar:/y.jar"))
+    assert users["spark.driver.extraClassPath"] == f"/x.jar:/y.jar:{jar}"
