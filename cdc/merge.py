@@ -28,7 +28,6 @@ from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.window import WindowSpec
 
 # Changelog columns that describe the transport and the changelog write, not the row: not carried to mirrors.
 CHANGELOG_ONLY = ("_transport", "_schema_id", "_ingested_at", "_batch_id", "_source_date")
@@ -44,41 +43,44 @@ def prepared(changes: DataFrame) -> DataFrame:
     """Changelog rows as a mirror stores them: without the changelog's own columns, with `_deleted_at` (the
     source time of a delete) and `_merged_at`, and a column a change did not carry (`_unchanged`, a TOAST
     placeholder at the source) null rather than the placeholder text."""
-    from pyspark.sql import functions as F
+    columns = changes.columns
+    added = {"_deleted_at": "CASE WHEN _is_deleted THEN _source_ts END", "_merged_at": "current_timestamp()"}
 
-    rows = (changes.drop(*[c for c in CHANGELOG_ONLY if c in changes.columns])
-            .withColumn("_deleted_at", F.when(F.col("_is_deleted"), F.col("_source_ts")))
-            .withColumn("_merged_at", F.current_timestamp()))
-    if UNCHANGED not in rows.columns:
-        return rows
-    return rows.select(*[F.when(F.array_contains(UNCHANGED, c), F.lit(None)).otherwise(column(c)).alias(c)
-                         if not is_pipeline_column(c) else column(c) for c in rows.columns])
+    def value(name: str) -> str:  # SQL text: one call for the projection, not calls a column (`cdc/build.py`)
+        if name in added:
+            return f"{added[name]} AS {name}"
+        if UNCHANGED in columns and not is_pipeline_column(name):
+            return (f"CASE WHEN array_contains({UNCHANGED}, {sql_string(name)}) THEN NULL ELSE {quote(name)} END "
+                    f"AS {quote(name)}")
+        return quote(name)
+
+    kept = [c for c in columns if c not in CHANGELOG_ONLY]
+    return changes.selectExpr(*map(value, kept), *[f"{added[c]} AS {c}" for c in added if c not in kept])
 
 
 def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
     """One change per key: the one with the highest `_seq` (a total order per key), as the mirror sees it."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     # one sort: the carry and the rank
-    newest_first = Window.partitionBy(*map(column, keys)).orderBy(F.col("_seq").desc())
+    newest_first = f"PARTITION BY {', '.join(map(quote, keys))} ORDER BY _seq DESC"
     reduced = prepared(changes)
     if UNCHANGED in reduced.columns:
-        reduced = _carry_unchanged(reduced, keys, newest_first.rowsBetween(0, Window.unboundedFollowing))
-    return reduced.withColumn("_rank", F.row_number().over(newest_first)).where("_rank = 1").drop("_rank")
+        reduced = _carry_unchanged(reduced, keys, f"{newest_first} ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING")
+    return reduced.selectExpr("*", f"row_number() OVER ({newest_first}) AS _rank").where("_rank = 1").drop("_rank")
 
 
-def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: WindowSpec) -> DataFrame:
+def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: str) -> DataFrame:
     """Each change's unchanged columns from the newest earlier change of its key that carried a value; the
-    ones no change of the batch carried stay in `_unchanged`, for the MERGE to keep the mirror's value."""
-    from pyspark.sql import functions as F
-
-    columns = data_columns(changes.columns, keys)
-    carried = {c: F.first(F.when(~F.array_contains(UNCHANGED, c), F.struct(column(c).alias("v"))), ignorenulls=True)
-               .over(this_and_older) for c in columns}
-    still = F.array_compact(F.array(*[F.when(carried[c].isNull(), F.lit(c)) for c in columns]))
-    return changes.select(*[carried[c]["v"].alias(c) if c in carried else column(c) for c in changes.columns
-                            if c != UNCHANGED], (still if columns else F.col(UNCHANGED)).alias(UNCHANGED))
+    ones no change of the batch carried stay in `_unchanged`, for the MERGE to keep the mirror's value.
+    `this_and_older`: the window, as SQL text (as every projection over a table's columns: one call, where a
+    Column a column costs a py4j call and a class lookup each)."""
+    columns = changes.columns
+    data = data_columns(columns, keys)
+    carried = {c: f"first(CASE WHEN NOT array_contains({UNCHANGED}, {sql_string(c)}) THEN struct({quote(c)} AS v) "
+                  f"END, true) OVER ({this_and_older})" for c in data}
+    unknown = ", ".join(f"CASE WHEN {carried[c]} IS NULL THEN {sql_string(c)} END" for c in data)
+    still = f"array_compact(array({unknown}))" if data else UNCHANGED
+    return changes.selectExpr(*[f"({carried[c]}).v AS {quote(c)}" if c in carried else quote(c) for c in columns
+                                if c != UNCHANGED], f"{still} AS {UNCHANGED}")
 
 
 def is_truncate(keys: list[str]) -> Column:
@@ -109,15 +111,18 @@ def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None, at:
     rows = reduced.where(~is_truncate(keys))
     if mirror is not None:
         live = mirror.where(~F.col("_is_deleted")).join(rows.select(*map(column, keys)), keys, "left_anti")
-        rows = rows.unionByName(live.select(*[column(c) if c in live.columns else F.lit(None).cast(kind).alias(c)
-                                              for c, kind in rows.dtypes]))
+        held = set(live.columns)
+        rows = rows.unionByName(live.selectExpr(*[quote(c) if c in held else f"CAST(NULL AS {kind}) AS {quote(c)}"
+                                                  for c, kind in rows.dtypes]))
     # the oldest truncate after the row (struct arrays order by their first field, the position)
     first = F.array_min(F.filter("_truncates", lambda t: t["position"] > F.expr(POSITION)))
     by = first.isNotNull() & ~F.col("_is_deleted")
     deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": first["seq"],
                "_source_ts": first["ts"], "_deleted_at": first["ts"]}
-    return rows.crossJoin(F.broadcast(at)).select(
-        *[F.when(by, deleted[c]).otherwise(column(c)).alias(c) if c in deleted else column(c) for c in rows.columns])
+    columns = rows.columns
+    return rows.crossJoin(F.broadcast(at)).withColumns(
+        {c: F.when(by, value).otherwise(column(c)) for c, value in deleted.items() if c in columns},
+    ).selectExpr(*map(quote, columns))  # SQL text: one call, not a Column a column (`_carry_unchanged`)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cdc.columns import is_pipeline_column
 from cdc.merge import TRUNCATE
-from tables.names import column
+from tables.names import column, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,8 +61,9 @@ def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: 
     truncate = F.col("_op") == TRUNCATE
     key_columns = [column(k) for k in keys]
     null_key = functools.reduce(operator.or_, [k.isNull() for k in key_columns]) & ~truncate
-    content = F.hash(*[column(c) for c in changes.columns
-                       if not is_pipeline_column(c) or c in ("_op", "_is_deleted")])
+    # SQL text: one call, where a Column a column costs a py4j call and a class lookup each (`cdc/build.py`)
+    content = F.expr("hash(" + ", ".join(quote(c) for c in changes.columns
+                                         if not is_pipeline_column(c) or c in ("_op", "_is_deleted")) + ")")
     positions = changes.groupBy(*key_columns, "_seq").agg(
         F.count(F.lit(1)).alias("rows"), F.size(F.collect_set(content)).alias("versions"),
         F.count(F.when(null_key, 1)).alias("null_keys"), F.count(F.when(truncate, 1)).alias("truncates"),

@@ -24,7 +24,7 @@ from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfi
 from tables.history import append_versions, with_versions, write_versions
 from tables.first_build import first_build, is_first_build
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
-from tables.names import column
+from tables.names import column, quote
 from tables.pending import aligned, append_pending, create_pending, fold, mirror_state, pending_table, with_unchanged
 
 if TYPE_CHECKING:
@@ -161,10 +161,11 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
     canonical = {"_op": F.col("_op") if "_op" in source.columns else F.when(deleted, "d").otherwise("u"),
                  "_is_deleted": deleted, "_source_ts": time, "_seq": seq, UNCHANGED: unchanged}
     wanted = {*keys, *kept, sequence_by} - {CANONICAL_SEQUENCE}
-    # The source's column order, the canonical columns where the source has them, else at the end.
-    own = [canonical[c].alias(c) if c in canonical else column(c) for c in source.columns
-           if c in wanted or is_pipeline_column(c)]
-    return source.select(*own, *[canonical[c].alias(c) for c in canonical if c not in source.columns])
+    # The source's column order, the canonical columns where the source has them (`withColumns` replaces a column
+    # in place), else at the end; the rest kept by SQL text, one call where a Column a column costs one or more.
+    kept_columns = [*[c for c in source.columns if c in wanted or is_pipeline_column(c)],
+                    *[c for c in canonical if c not in source.columns]]
+    return source.withColumns(canonical).selectExpr(*map(quote, kept_columns))
 
 
 def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFrame, keys: list[str],
@@ -176,7 +177,8 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
     target, pending = lake_table(cfg, spark, settings.namespace, name), pending_table(cfg, spark, name)
     appends = settings.layout == "pending" and cfg.lake.format == "iceberg"
     building = not target.exists()
-    if not building and is_history(f.name for f in target.fields()) != history:
+    fields = [] if building else target.fields()  # read once: each read is a catalog load and a schema over py4j
+    if not building and is_history(f.name for f in fields) != history:
         raise ChangeError(f"{name}: {target.ref} is SCD type {1 if history else 2}, mirror.scd_type.{name} says "
                           f"{2 if history else 1}: drop it (and its pending table) and run again to rebuild it")
     if pending is not None and not appends:
@@ -190,7 +192,9 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
     # fails the run, and a re-run is safe).
     rows = prepared(changes).localCheckpoint()
     totals = check_changes(name, rows, keys, sequence_by, history)
-    widen = check_key_types(name, _key_types(target, keys), {k: t for k, t in rows.dtypes if k in keys})
+    # the mirror's key types, to catch a key whose type changed at the source
+    held = {f.name: f.dataType.simpleString() for f in fields if f.name in keys}
+    widen = check_key_types(name, held, {k: t for k, t in rows.dtypes if k in keys})
     if totals.truncates and history:  # a truncate deletes each key live before it, one delete per key
         rows = truncates_as_deletes(rows, keys, None if building else mirror_state(cfg, spark, name)).localCheckpoint()
     elif totals.truncates:  # a truncate reads the mirror's live rows: it deletes those older than it
@@ -204,7 +208,8 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
     if totals.changes:
         for table in (target, pending) if pending is not None else (target,):
             table.widen_columns(widen)
-        reshaped = _shape(cfg, target, pending, rows, name, appends or history)
+        reshaped = _shape(cfg, target, None if building else {f.name for f in fields}, pending, rows, name,
+                          appends or history)
         if pending is None and appends:
             pending, reshaped = create_pending(cfg, spark, target, rows), True
         if pending is not None and building:  # an SCD2 mirror's first build (`first_build` makes the others)
@@ -221,24 +226,16 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
     return Applied(totals.changes, totals.keys, reshaped)
 
 
-def _key_types(target: LakeTable, keys: list[str]) -> dict[str, str]:
-    """The mirror's key column types, to catch a key whose type changed at the source; none before the mirror."""
-    if not target.exists():
-        return {}
-    return {f.name: f.dataType.simpleString() for f in target.fields() if f.name in keys}
-
-
-def _shape(cfg: PipelineConfig, target: LakeTable, pending: LakeTable | None, changes: DataFrame, name: str,
-           unchanged: bool) -> bool:
-    """Create the mirror on first sight, and add the columns the source gained since the last run (to the
-    pending table too); True when the table's shape changed (so its views must be replaced). A base of the
-    pending layout, and an SCD2 table, keep `_unchanged`; an SCD2 table has its version columns."""
+def _shape(cfg: PipelineConfig, target: LakeTable, present: set[str] | None, pending: LakeTable | None,
+           changes: DataFrame, name: str, unchanged: bool) -> bool:
+    """Create the mirror on first sight (`present`, its columns, None), and add the columns the source gained since
+    the last run (to the pending table too); True when the table's shape changed (so its views must be replaced).
+    A base of the pending layout, and an SCD2 table, keep `_unchanged`; an SCD2 table has its version columns."""
     changes = with_unchanged(changes) if unchanged else changes.drop(UNCHANGED)
-    if not target.exists():
+    if present is None:
         like = with_versions(changes) if cfg.mirror.scd_type_of(name) == 2 else changes
         target.create(like, cfg.mirror.partition_fields(name), cfg.mirror.write_mode)
         return True
-    present = {f.name for f in target.fields()}
     new = [f for f in changes.schema.fields if f.name not in present]
     if new:
         for table in (target, pending) if pending is not None else (target,):
