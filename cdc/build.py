@@ -73,20 +73,19 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
         f"CASE WHEN {failed} THEN raise_error({sql_string(CHECK_FAILED)}) END AS _failed")
     newest = newest.where("_failed IS NULL AND _newest")
 
-    def knowing(name: str) -> str:  # the newer changes than `_whole` that know column `name`, oldest first
-        return (f"filter(_partial, change -> (_whole IS NULL OR change._seq > _whole._seq) "
-                f"AND NOT coalesce(array_contains(change.{UNCHANGED}, {sql_string(name)}), false))")
+    def knows(name: str) -> str:  # a change of `_partial` newer than `_whole` that knows column `name`
+        return (f"(_whole IS NULL OR change._seq > _whole._seq) "
+                f"AND NOT coalesce(array_contains(change.{UNCHANGED}, {sql_string(name)}), false)")
 
     def value(name: str) -> str:  # the newest change knows every column (almost every key): nothing to search
         own = quote(name)
         settled = f"CASE WHEN _whole IS NULL THEN {own} ELSE _whole.{own} END"
-        found = knowing(name)
-        return (f"CASE WHEN _complete THEN {own} WHEN size(_partial) = 0 THEN {settled} "
-                f"WHEN size({found}) > 0 THEN element_at({found}, -1).{own} ELSE {settled} END AS {own}")
+        newest = (f"aggregate(_partial, struct({settled} AS v), (found, change) -> "
+                  f"CASE WHEN {knows(name)} THEN struct(change.{own} AS v) ELSE found END).v")
+        return f"CASE WHEN _complete THEN {own} ELSE {newest} END AS {own}"
 
     def unknown(name: str) -> str:
-        known = f"_whole IS NOT NULL OR (size(_partial) > 0 AND size({knowing(name)}) > 0)"
-        return f"CASE WHEN NOT ({known}) THEN {sql_string(name)} END"
+        return f"CASE WHEN _whole IS NULL AND NOT exists(_partial, change -> {knows(name)}) THEN {sql_string(name)} END"
 
     none = "CAST(array() AS array<string>)"
     listed = (f"CASE WHEN _complete THEN {none} ELSE array_compact(array({', '.join(map(unknown, data))})) END"

@@ -14,14 +14,12 @@ watermark stays and nothing is half-applied.
 
 from __future__ import annotations
 
-import functools
-import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cdc.columns import is_pipeline_column
 from cdc.merge import TRUNCATE
-from tables.names import column, quote
+from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -55,34 +53,33 @@ def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: 
                   history: bool = False) -> BatchTotals:
     """The totals of a batch of changes, after checking it has no null key, no null sequence (`sequence_by`
     names it for the message), no two different changes of a key at one `_seq` (the same change delivered twice
-    is no conflict), and with `history` (SCD2), no change without a source time. Two small aggregations."""
+    is no conflict), and with `history` (SCD2), no change without a source time. One aggregation by key, then
+    its totals: a key's changes at one `_seq` differ when it has more distinct (`_seq`, content) pairs than
+    distinct `_seq`s. SQL text: one call an expression, where a Column a column costs a py4j call and a class
+    lookup each (`cdc/build.py`)."""
     from pyspark.sql import functions as F
 
-    truncate = F.col("_op") == TRUNCATE
-    key_columns = [column(k) for k in keys]
-    null_key = functools.reduce(operator.or_, [k.isNull() for k in key_columns]) & ~truncate
-    # SQL text: one call, where a Column a column costs a py4j call and a class lookup each (`cdc/build.py`)
-    content = F.expr("hash(" + ", ".join(quote(c) for c in changes.columns
-                                         if not is_pipeline_column(c) or c in ("_op", "_is_deleted")) + ")")
-    positions = changes.groupBy(*key_columns, "_seq").agg(
-        F.count(F.lit(1)).alias("rows"), F.size(F.collect_set(content)).alias("versions"),
-        F.count(F.when(null_key, 1)).alias("null_keys"), F.count(F.when(truncate, 1)).alias("truncates"),
-        F.count(F.when(F.col("_seq.source_major").isNull(), 1)).alias("null_seqs"),
-        F.count(F.when(F.col("_source_ts").isNull(), 1)).alias("null_times"))
-    keyed = functools.reduce(operator.and_, [k.isNotNull() for k in key_columns])
-    totals = positions.groupBy(*key_columns).agg(
-        F.sum("rows").alias("rows"), F.max("versions").alias("versions"), F.sum("null_keys").alias("null_keys"),
-        F.sum("truncates").alias("truncates"), F.sum("null_seqs").alias("null_seqs"),
-        F.sum("null_times").alias("null_times"),
-        F.first(F.when(F.col("versions") > 1, F.to_json(F.struct(*key_columns, "_seq"))),
-                ignorenulls=True).alias("tie"),
-    ).select(
-        F.count(F.when(keyed, 1)).alias("keys"), F.coalesce(F.sum("rows"), F.lit(0)).alias("changes"),
-        F.coalesce(F.sum("null_keys"), F.lit(0)).alias("null_keys"), F.coalesce(F.sum("truncates"), F.lit(0)).alias("truncates"),
-        F.coalesce(F.sum("null_seqs"), F.lit(0)).alias("null_seqs"),
-        F.coalesce(F.sum("null_times"), F.lit(0)).alias("null_times"),
-        F.count(F.when(F.col("versions") > 1, 1)).alias("ties"), F.first("tie", ignorenulls=True).alias("tie"),
-    ).first()
+    null_key = " OR ".join(f"{quote(k)} IS NULL" for k in keys)
+    keyed = " AND ".join(f"{quote(k)} IS NOT NULL" for k in keys)
+    content = "hash(" + ", ".join(quote(c) for c in changes.columns
+                                  if not is_pipeline_column(c) or c in ("_op", "_is_deleted")) + ")"
+    truncate = f"_op = {sql_string(TRUNCATE)}"
+    pairs = f"collect_set(struct(_seq, {content} AS content))"
+    per_key = changes.groupBy(*[column(k) for k in keys]).agg(*[F.expr(e) for e in (
+        "count(1) AS rows", f"size({pairs}) - size(collect_set(_seq)) AS ties",
+        f"CASE WHEN size({pairs}) > size(collect_set(_seq)) "  # the pairs of the tied `_seq`s, for the message
+        f"THEN filter({pairs}, p -> size(filter({pairs}, q -> q._seq <=> p._seq)) > 1) END AS tied",
+        f"count(CASE WHEN ({null_key}) AND NOT {truncate} THEN 1 END) AS null_keys",
+        f"count(CASE WHEN {truncate} THEN 1 END) AS truncates",
+        "count(CASE WHEN _seq.source_major IS NULL THEN 1 END) AS null_seqs",
+        "count(CASE WHEN _source_ts IS NULL THEN 1 END) AS null_times")])
+    example = f"to_json(struct({', '.join(map(quote, keys))}, element_at(tied, 1)._seq AS _seq))"
+    totals = per_key.selectExpr(
+        f"count(CASE WHEN {keyed} THEN 1 END) AS keys", "coalesce(sum(rows), 0) AS changes",
+        "coalesce(sum(null_keys), 0) AS null_keys", "coalesce(sum(truncates), 0) AS truncates",
+        "coalesce(sum(null_seqs), 0) AS null_seqs", "coalesce(sum(null_times), 0) AS null_times",
+        "count(CASE WHEN ties > 0 THEN 1 END) AS ties",
+        f"first(CASE WHEN ties > 0 THEN {example} END, true) AS tie").first()
     assert totals is not None  # an aggregate without grouping has one row
     if totals["null_seqs"]:
         raise ChangeError(

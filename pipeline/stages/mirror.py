@@ -264,7 +264,8 @@ def with_table_keys(cfg: PipelineConfig, spark: SparkSession, names: list[str]) 
 def table_keys(cfg: PipelineConfig, name: str, table: LakeTable) -> list[str]:
     """The key columns of `name`: `mirror.keys.<name>`, else the key the changelog table `table` keeps;
     checked against the table's columns."""
-    keys = table_key(cfg.mirror.key_columns(name), table.properties() if table.exists() else {})
+    configured = cfg.mirror.key_columns(name)  # `run_once` sets the keys tables keep: no lookup of them again
+    keys = table_key(configured, table.properties() if not configured and table.exists() else {})
     if not keys:
         raise MissingKeys([name])
     columns = {f.name for f in table.fields()}
