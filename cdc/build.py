@@ -1,6 +1,6 @@
 """The first build of a current-state mirror in one pass over its changes.
 
-An incremental run materialises its changes, checks them with two aggregations (`cdc/validate.py`), then
+An incremental run materialises its changes, checks them with an aggregation by key (`cdc/validate.py`), then
 reduces them (`latest_per_key`, or the pending layout's `resolved_sql`, a GROUP BY of `max_by` per column) and
 writes them: for a first build, which reads a whole table's changelog, that is four passes over every change and
 three shuffles, five times a plain rebuild at 10M rows (docs/benchmarks.md). Here one shuffle brings each key's

@@ -30,7 +30,7 @@ import requests
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.verify import verify_lake
-from pipeline.runtime import class_data
+from pipeline.runtime import class_data, jvm
 from pipeline.runtime.package import CLUSTER_DRIVER_JAVA_OPTIONS
 from pipeline.stack import Stack
 from pipeline.sources.kinesis.shard_reader import shards_read
@@ -48,7 +48,10 @@ CLUSTER = "stack.spark_cluster=true"
 SUBMIT_TIMEOUT_S = 600
 # Every JVM of a submission lives a minute: the executors too get the line's C1 alone for its driver. The cluster's
 # JVMs run on this host, with the local driver's class path: they map the class-data archive `make setup` wrote too.
+# That class path starts with jvm/localfs's jar (`pipeline/runtime/spark.py`), and a JVM whose class path does not
+# start as the archive's maps none of it.
 SHORT_LIVED = f"{CLUSTER_DRIVER_JAVA_OPTIONS} -XX:SharedArchiveFile={class_data.archive(make_config())}"
+LOCAL_CLASS_PATH = ":".join(str(jar) for jar in jvm.local_fs_jars(make_config().jars_dir))
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +202,10 @@ class Submission:
         self.log = TEST_HOME / "logs" / f"submit-{uuid.uuid4().hex[:8]}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen([line[0], "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED}", *line[1:]],
+            class_path = (["--driver-class-path", LOCAL_CLASS_PATH, "--conf",
+                           f"spark.executor.extraClassPath={LOCAL_CLASS_PATH}"] if LOCAL_CLASS_PATH else [])
+            self.proc = subprocess.Popen([line[0], "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED}",
+                                          *class_path, *line[1:]],
                                          cwd=TEST_HOME, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
                                          start_new_session=True)
 
