@@ -48,8 +48,7 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
     spreads = [f"_spread{i}" for i in range(len(spread))]
     shuffled = (rows.select("*", *[s.alias(n) for s, n in zip(spread, spreads)]).repartition(*spreads) if spread
                 else rows)
-    # SQL text, one call for each projection: a Column a function over py4j costs a call or more, and a class
-    # lookup in the JVM, per column (seconds a table of a hundred columns).
+    # SQL text for every projection over the table's columns (`tables/names.py`)
     by_key = f"PARTITION BY {', '.join([*spreads, *map(quote, keys)])} ORDER BY _seq ASC"
     so_far = f"OVER ({by_key} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
     data = data_columns(columns, keys)

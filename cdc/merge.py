@@ -46,7 +46,7 @@ def prepared(changes: DataFrame) -> DataFrame:
     columns = changes.columns
     added = {"_deleted_at": "CASE WHEN _is_deleted THEN _source_ts END", "_merged_at": "current_timestamp()"}
 
-    def value(name: str) -> str:  # SQL text: one call for the projection, not calls a column (`cdc/build.py`)
+    def value(name: str) -> str:  # SQL text, as every projection over a table's columns (`tables/names.py`)
         if name in added:
             return f"{added[name]} AS {name}"
         if UNCHANGED in columns and not is_pipeline_column(name):
@@ -71,8 +71,7 @@ def latest_per_key(changes: DataFrame, keys: list[str]) -> DataFrame:
 def _carry_unchanged(changes: DataFrame, keys: list[str], this_and_older: str) -> DataFrame:
     """Each change's unchanged columns from the newest earlier change of its key that carried a value; the
     ones no change of the batch carried stay in `_unchanged`, for the MERGE to keep the mirror's value.
-    `this_and_older`: the window, as SQL text (as every projection over a table's columns: one call, where a
-    Column a column costs a py4j call and a class lookup each)."""
+    `this_and_older`: the window, as SQL text."""
     columns = changes.columns
     data = data_columns(columns, keys)
     carried = {c: f"first(CASE WHEN NOT array_contains({UNCHANGED}, {sql_string(c)}) THEN struct({quote(c)} AS v) "
@@ -122,7 +121,7 @@ def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None, at:
     columns = rows.columns
     return rows.crossJoin(F.broadcast(at)).withColumns(
         {c: F.when(by, value).otherwise(column(c)) for c, value in deleted.items() if c in columns},
-    ).selectExpr(*map(quote, columns))  # SQL text: one call, not a Column a column (`_carry_unchanged`)
+    ).selectExpr(*map(quote, columns))
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,7 @@ def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: 
     names it for the message), no two different changes of a key at one `_seq` (the same change delivered twice
     is no conflict), and with `history` (SCD2), no change without a source time. One aggregation by key, then
     its totals: a key's changes at one `_seq` differ when it has more distinct (`_seq`, content) pairs than
-    distinct `_seq`s. SQL text: one call an expression, where a Column a column costs a py4j call and a class
-    lookup each (`cdc/build.py`)."""
+    distinct `_seq`s."""
     from pyspark.sql import functions as F
 
     null_key = " OR ".join(f"{quote(k)} IS NULL" for k in keys)

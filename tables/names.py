@@ -19,7 +19,10 @@ Kinesis, a DMS folder `<db>/<schema>/<table>/` on S3; `<db>` is the topic prefix
   no database name, or more than `MAX_LENGTH` characters once mapped (`UnmappableName`).
 
 Lake names may still start with a digit or be a reserved word; SQL text always quotes identifiers (`quote`), the
-DataFrame API names columns through `column`, and values go into SQL text as literals (`sql_string`).
+DataFrame API names columns through `column`, and values go into SQL text as literals (`sql_string`). A projection
+over every column of a table is SQL text (`selectExpr` of `quote`d names), one py4j call: a `Column` costs a call
+or more for each function and column, and the JVM a search of the class path for PySpark's `functions` class on
+each, seconds for a wide table's plan (docs/mirror.md, "The first build").
 """
 
 from __future__ import annotations

@@ -96,7 +96,6 @@ def aligned(changes: DataFrame, fields: list[StructField]) -> DataFrame:
         known = F.coalesce(F.col(UNCHANGED), F.array().cast("array<string>"))
         listed = F.array_union(known, F.array(*[F.lit(f.name) for f in missing]))
         changes = changes.withColumns({UNCHANGED: listed, **{f.name: F.lit(None).cast(f.dataType) for f in missing}})
-    # SQL text: one call, where a Column a column costs a py4j call and a class lookup each (`cdc/build.py`)
     return changes.selectExpr(*[quote(f.name) for f in fields])
 
 

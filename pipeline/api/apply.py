@@ -162,7 +162,7 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
                  "_is_deleted": deleted, "_source_ts": time, "_seq": seq, UNCHANGED: unchanged}
     wanted = {*keys, *kept, sequence_by} - {CANONICAL_SEQUENCE}
     # The source's column order, the canonical columns where the source has them (`withColumns` replaces a column
-    # in place), else at the end; the rest kept by SQL text, one call where a Column a column costs one or more.
+    # in place), else at the end.
     kept_columns = [*[c for c in source.columns if c in wanted or is_pipeline_column(c)],
                     *[c for c in canonical if c not in source.columns]]
     return source.withColumns(canonical).selectExpr(*map(quote, kept_columns))
