@@ -35,6 +35,7 @@ UNCHANGED = "_unchanged"  # the columns a change did not carry (TOAST placeholde
 TRUNCATE = "t"
 # What a soft delete writes: the deletion, and nothing of the row's values (it keeps the last known ones).
 TOMBSTONE = ("_op", "_seq", "_source_ts", "_source", "_is_deleted", "_deleted_at", "_merged_at")
+TRUNCATED_BY = "_truncated_by"  # in `truncated`: the truncate that deletes a row
 FROM_BASE = "_from_base"  # in the overlay: 1 for a row of the base table, 0 for a pending change
 POSITION = "struct(_seq.source_major, _seq.source_minor)"  # source order across keys (commit LSN, event LSN)
 
@@ -113,15 +114,16 @@ def truncated(reduced: DataFrame, keys: list[str], mirror: DataFrame | None, at:
         held = set(live.columns)
         rows = rows.unionByName(live.selectExpr(*[quote(c) if c in held else f"CAST(NULL AS {kind}) AS {quote(c)}"
                                                   for c, kind in rows.dtypes]))
-    # the oldest truncate after the row (struct arrays order by their first field, the position)
-    first = F.array_min(F.filter("_truncates", lambda t: t["position"] > F.expr(POSITION)))
-    by = first.isNotNull() & ~F.col("_is_deleted")
-    deleted = {"_op": F.lit(TRUNCATE), "_is_deleted": F.lit(True), "_seq": first["seq"],
-               "_source_ts": first["ts"], "_deleted_at": first["ts"]}
-    columns = rows.columns
-    return rows.crossJoin(F.broadcast(at)).withColumns(
-        {c: F.when(by, value).otherwise(column(c)) for c, value in deleted.items() if c in columns},
-    ).selectExpr(*map(quote, columns))
+    # The oldest truncate after the row (struct arrays order by their first field, the position), in a column of
+    # its own: every value of a deleted row is read from the row as it was (a `withColumns` that replaced `_seq`
+    # had the others read the replaced one, and lose `_deleted_at`).
+    first = f"array_min(filter(_truncates, t -> t.position > {POSITION})) AS {TRUNCATED_BY}"
+    by = f"{TRUNCATED_BY} IS NOT NULL AND NOT _is_deleted"
+    deleted = {"_op": sql_string(TRUNCATE), "_is_deleted": "true", "_seq": f"{TRUNCATED_BY}.seq",
+               "_source_ts": f"{TRUNCATED_BY}.ts", "_deleted_at": f"{TRUNCATED_BY}.ts"}
+    return rows.crossJoin(F.broadcast(at)).selectExpr("*", first).selectExpr(
+        *[f"CASE WHEN {by} THEN {deleted[c]} ELSE {quote(c)} END AS {quote(c)}" if c in deleted else quote(c)
+          for c in rows.columns])
 
 
 @dataclass(frozen=True)
