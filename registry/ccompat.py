@@ -20,6 +20,7 @@ __all__ = ["APICURIO_CCOMPAT_PATH", "ConfluentCompatClient", "RegisteredSchema",
 
 APICURIO_CCOMPAT_PATH = "/apis/ccompat/v7"
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+SUBJECTS_PAGE = 1000  # Apicurio's ccompat API lists at most 1,000 subjects a call by default
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,15 @@ class ConfluentCompatClient:
                                                               f"schema id {schema_id}")["schema"])
 
     def subjects(self) -> list[str]:
-        return list(self._call("GET", "/subjects", "subjects"))
+        """Every subject. Apicurio's API answers `SUBJECTS_PAGE` at a time (`offset`, `limit`); Confluent's
+        ignores both and answers all, which the second page then adds nothing to."""
+        found: dict[str, None] = {}
+        while True:
+            page = self._call("GET", "/subjects", "subjects", params={"offset": len(found), "limit": SUBJECTS_PAGE})
+            known = len(found)
+            found.update(dict.fromkeys(page))
+            if len(page) < SUBJECTS_PAGE or len(found) == known:
+                return list(found)
 
     def _exists(self, subject: str) -> bool:
         try:

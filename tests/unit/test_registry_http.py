@@ -130,6 +130,20 @@ def test_a_new_subject_gets_backward_compatibility_first(server: tuple[str, Scri
     assert registry.schema(5) == '"string"' and len(script.requests) == 3  # registering filled the cache
 
 
+def test_subjects_are_listed_page_by_page(server: tuple[str, Script]) -> None:
+    """Apicurio lists 1,000 subjects a call; Confluent ignores the paging and lists all each time."""
+    url, script = server
+    names = [f"t{i}-value" for i in range(1005)]
+    script.play((200, names[:1000]), (200, names[1000:]))
+    assert client(url).subjects() == names
+    assert [path.rpartition("/")[2] for _, path, _ in script.requests] == ["subjects?offset=0&limit=1000",
+                                                                            "subjects?offset=1000&limit=1000"]
+    script.requests.clear()
+    script.play((200, names))
+    assert client(url).subjects() == names
+    assert len(script.requests) == 2  # the second answer added nothing: every subject was there
+
+
 @pytest.mark.parametrize(("settings", "authorization"), [
     ({"token": "t0k"}, "Bearer t0k"),
     ({"username": "u", "password": "p", "token": "t0k"}, "Bearer t0k"),
