@@ -15,11 +15,11 @@ watermark stays and nothing is half-applied.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cdc.columns import is_pipeline_column
 from cdc.merge import TRUNCATE
-from tables.names import column, quote, sql_string
+from tables.names import quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -49,58 +49,85 @@ def check_columns(table: str, columns: list[str], keys: list[str], sequence_by: 
             "changes spell them")
 
 
+CHECKED_TABLE = "_table"  # `check_rows`' column naming the table a change belongs to, for `change_totals`
+_TIMES = ("map('timestampFormat', \"yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX\", "  # to_json's options: whole microseconds
+          "'timestampNTZFormat', \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS\")")
+
+
 def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: str = "_seq",
                   history: bool = False) -> BatchTotals:
-    """The totals of a batch of changes, after checking it has no null key, no null sequence (`sequence_by`
-    names it for the message), no two different changes of a key at one `_seq` (the same change delivered twice
-    is no conflict), and with `history` (SCD2), no change without a source time. One aggregation by key, then
-    its totals: a key's changes at one `_seq` differ when it has more distinct (`_seq`, content) pairs than
-    distinct `_seq`s."""
-    from pyspark.sql import functions as F
+    """The totals of a batch of changes, after `checked` finds nothing wrong with them."""
+    found = change_totals(check_rows(changes, keys)).first()
+    return checked(table, found.asDict() if found is not None else {}, keys, sequence_by, history)
 
+
+def check_rows(changes: DataFrame, keys: list[str], table: int = 0) -> DataFrame:
+    """What the checks read of each change, in one shape whatever the table: its table (`table`, a number the
+    caller gives), its key and `_seq` as JSON text (timestamps to the microsecond), a hash of its content, and
+    whether its key, `_seq` or source time is null. So the changes of many tables are checked by one aggregation
+    over their union (`change_totals`)."""
     null_key = " OR ".join(f"{quote(k)} IS NULL" for k in keys)
-    keyed = " AND ".join(f"{quote(k)} IS NOT NULL" for k in keys)
     content = "hash(" + ", ".join(quote(c) for c in changes.columns
                                   if not is_pipeline_column(c) or c in ("_op", "_is_deleted")) + ")"
     truncate = f"_op = {sql_string(TRUNCATE)}"
-    pairs = f"collect_set(struct(_seq, {content} AS content))"
-    per_key = changes.groupBy(*[column(k) for k in keys]).agg(*[F.expr(e) for e in (
-        "count(1) AS rows", f"size({pairs}) - size(collect_set(_seq)) AS ties",
-        f"CASE WHEN size({pairs}) > size(collect_set(_seq)) "  # the pairs of the tied `_seq`s, for the message
-        f"THEN filter({pairs}, p -> size(filter({pairs}, q -> q._seq <=> p._seq)) > 1) END AS tied",
-        f"count(CASE WHEN ({null_key}) AND NOT {truncate} THEN 1 END) AS null_keys",
-        f"count(CASE WHEN {truncate} THEN 1 END) AS truncates",
-        "count(CASE WHEN _seq.source_major IS NULL THEN 1 END) AS null_seqs",
-        "count(CASE WHEN _source_ts IS NULL THEN 1 END) AS null_times")])
-    example = f"to_json(struct({', '.join(map(quote, keys))}, element_at(tied, 1)._seq AS _seq))"
-    totals = per_key.selectExpr(
-        f"count(CASE WHEN {keyed} THEN 1 END) AS keys", "coalesce(sum(rows), 0) AS changes",
-        "coalesce(sum(null_keys), 0) AS null_keys", "coalesce(sum(truncates), 0) AS truncates",
-        "coalesce(sum(null_seqs), 0) AS null_seqs", "coalesce(sum(null_times), 0) AS null_times",
-        "count(CASE WHEN ties > 0 THEN 1 END) AS ties",
-        f"first(CASE WHEN ties > 0 THEN {example} END, true) AS tie").first()
-    assert totals is not None  # an aggregate without grouping has one row
-    if totals["null_seqs"]:
+    return changes.selectExpr(
+        f"{int(table)} AS {CHECKED_TABLE}", f"to_json(struct({', '.join(map(quote, keys))}), {_TIMES}) AS key",
+        f"to_json(_seq, {_TIMES}) AS seq", f"{content} AS content", f"({null_key}) AND NOT {truncate} AS null_key",
+        f"coalesce({truncate}, false) AS truncate", f"NOT ({null_key}) AS keyed",
+        "_seq.source_major IS NULL AS null_seq", "_source_ts IS NULL AS null_time")
+
+
+def change_totals(rows: DataFrame) -> DataFrame:
+    """Per table of `check_rows`' `rows`, the totals `checked` reads: one aggregation by table and key, then by
+    table. A key's changes at one `_seq` differ when it has more distinct (`_seq`, content) pairs than distinct
+    `_seq`s; the example of such a tie is worked out only for a key that has one."""
+    from pyspark.sql import functions as F
+
+    pairs = "collect_set(struct(seq, content))"
+    per_key = rows.groupBy(CHECKED_TABLE, "key").agg(*[F.expr(e) for e in (
+        "count(1) AS rows", f"size({pairs}) - size(collect_set(seq)) AS ties",
+        f"CASE WHEN size({pairs}) > size(collect_set(seq)) "  # the pairs of the tied `_seq`s, for the message
+        f"THEN filter({pairs}, p -> size(filter({pairs}, q -> q.seq <=> p.seq)) > 1) END AS tied",
+        "bool_or(keyed) AS keyed", "count_if(null_key) AS null_keys", "count_if(truncate) AS truncates",
+        "count_if(null_seq) AS null_seqs", "count_if(null_time) AS null_times")])
+    return per_key.groupBy(CHECKED_TABLE).agg(*[F.expr(e) for e in (
+        "count_if(keyed) AS keys", "sum(rows) AS changes", "sum(null_keys) AS null_keys",
+        "sum(truncates) AS truncates", "sum(null_seqs) AS null_seqs", "sum(null_times) AS null_times",
+        "count_if(ties > 0) AS ties",
+        "first(CASE WHEN ties > 0 THEN concat('key ', key, ' at _seq ', element_at(tied, 1).seq) END, true) AS tie")])
+
+
+def checked(table: str, totals: dict[str, Any], keys: list[str], sequence_by: str = "_seq",
+            history: bool = False) -> BatchTotals:
+    """`totals` (a row of `change_totals`; empty for no changes) as `BatchTotals`, after checking the changes had
+    no null key, no null sequence (`sequence_by` names it for the message), no two different changes of a key at
+    one `_seq` (the same change delivered twice is no conflict), and with `history` (SCD2), no change without a
+    source time: a `ChangeError` naming the table, the rows and the fix."""
+    def total(name: str) -> int:
+        return int(totals.get(name) or 0)
+
+    if total("null_seqs"):
         raise ChangeError(
-            f"{table}: {totals['null_seqs']} change(s) with a null {sequence_by}: their order is unknown, so the "
+            f"{table}: {total('null_seqs')} change(s) with a null {sequence_by}: their order is unknown, so the "
             f"newest cannot be told. Fill {sequence_by} (the source's commit position or time) or filter those "
             "changes out before applying them")
-    if history and totals["null_times"]:
+    if history and total("null_times"):
         raise ChangeError(
-            f"{table}: {totals['null_times']} change(s) without a source time (_source_ts): an SCD2 table dates "
+            f"{table}: {total('null_times')} change(s) without a source time (_source_ts): an SCD2 table dates "
             f"each version by its source commit time. Use a source whose changes carry their commit time "
             f"(apply_changes: source_time=<column>), or keep {table} at SCD type 1 (mirror.scd_type.{table} = 1)")
-    if totals["null_keys"]:
+    if total("null_keys"):
         raise ChangeError(
-            f"{table}: {totals['null_keys']} change(s) with a null key column ({', '.join(keys)}): they name no row. "
+            f"{table}: {total('null_keys')} change(s) with a null key column ({', '.join(keys)}): they name "
+            f"no row. "
             f"Check mirror.keys.{table} names the source's key, or repair the changelog rows (`_op <> 't'` "
             "and a null key) before the next run")
-    if totals["ties"]:
+    if total("ties"):
         raise ChangeError(
-            f"{table}: {totals['ties']} key(s) have different changes with the same _seq, e.g. {totals['tie']}: the "
+            f"{table}: {total('ties')} key(s) have different changes with the same _seq, e.g. {totals['tie']}: the "
             "newest cannot be told. The source's positions are not unique per key (check the connector's "
             "position fields); remove or correct the duplicates in the changelog before the next run")
-    return BatchTotals(int(totals["keys"]), int(totals["changes"]), int(totals["truncates"]))
+    return BatchTotals(total("keys"), total("changes"), total("truncates"))
 
 
 def check_key_types(table: str, mirror: dict[str, str], changes: dict[str, str]) -> dict[str, str]:

@@ -165,8 +165,7 @@ class ManyTablesAppender:
         target = self.target(rows.schema, name, writer_id, batch_id, partition_by_source_time, created)
         if target is None or target.skipped:
             return target
-        ordered = _in_table_order(rows, _spark_schema(self.spark, target.table))
-        ordered._jdf.queryExecution().toRdd()  # planned here, in the caller's thread, not one after another later
+        ordered = planned(_in_table_order(rows, _spark_schema(self.spark, target.table)))
         return Staged(target.name, ordered, target.table)
 
     def target(self, schema: StructType, name: str, writer_id: str, batch_id: int,
@@ -190,7 +189,7 @@ class ManyTablesAppender:
                     raise
                 # another writer created it meanwhile: append to it (or skip, if it holds the batch)
                 return self.target(schema, name, writer_id, batch_id, partition_by_source_time, created)
-        if not self.many.writable(loaded) or not _fits(schema, _spark_schema(self.spark, loaded)):
+        if not self.many.writable(loaded) or not fits(schema, _spark_schema(self.spark, loaded)):
             return None  # new columns or types, or a partitioning the job does not write
         return Staged(f"{namespace}.{name}", None, loaded)
 
@@ -200,19 +199,51 @@ class ManyTablesAppender:
         `properties` and the commit tag, `threads` at a time; `stamps` (column -> a long: micros for a time) fill
         the rows' placeholders. In `staged`'s order."""
         written = [part for part in staged if not part.skipped]
-        rows: list[int] = []
-        if written:
-            frames = [part.rows._jdf for part in written]  # type: ignore[union-attr]
-            tables = [part.table for part in written]
-            tasks = TASKS_PER_CORE * self.spark.sparkContext.defaultParallelism
-            rows = list(self.many.append(
-                frames, tables, dict(stamps), {**(properties or {}), COMMIT_PROPERTY: f"{writer_id}:{batch_id}"},
-                tasks, threads))
+        snapshot = {**(properties or {}), COMMIT_PROPERTY: f"{writer_id}:{batch_id}"}
+        rows = append_together(self.spark, [part.rows for part in written],  # type: ignore[misc]
+                               [part.table for part in written], [snapshot] * len(written), threads, stamps)
         counts = iter(rows)
         return [Appended(part.name, 0 if part.skipped else int(next(counts)), part.skipped) for part in staged]
 
 
-def _fits(schema: StructType, table: StructType) -> bool:
+def append_together(spark: SparkSession, frames: Sequence[DataFrame], tables: Sequence[Any],
+                    snapshots: Sequence[Mapping[str, str]], threads: int = 4, stamps: Mapping[str, int] | None = None,
+                    guarded: Sequence[bool] | None = None) -> list[int]:
+    """Each frame's rows appended to its Iceberg table (`tables`: py4j `org.apache.iceberg.Table`s, each
+    `ManyTables.writable`; the frames in their table's column order and types, `fits`) in one Spark job of
+    `TASKS_PER_CORE` tasks a core, then each table committed with its snapshot properties (`snapshots`), `threads`
+    at a time; `stamps` (column -> a long: micros for a time) fill placeholders. A `guarded` table takes the rows
+    only if no other commit added data to it since the snapshot it was loaded at. The rows each table gained, -1
+    for a guarded table another commit wrote first."""
+    from tables.lake import java_class  # tables.lake imports this module
+
+    if not frames:
+        return []
+    tasks = TASKS_PER_CORE * spark.sparkContext.defaultParallelism
+    return list(java_class(spark, "cdc.spark.ManyTables").append(
+        [frame._jdf for frame in frames], list(tables), dict(stamps or {}), [dict(s) for s in snapshots],
+        list(guarded or [False] * len(frames)), tasks, threads))
+
+
+def union_planned(spark: SparkSession, frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of `frames` (one schema) in one frame, over the union of their plans (`ManyTables.union`): planned
+    once each, by the threads that `planned` them, where a union of frames would analyse and plan them all again
+    in one thread."""
+    from pyspark.sql import DataFrame
+
+    from tables.lake import java_class  # tables.lake imports this module
+
+    return DataFrame(java_class(spark, "cdc.spark.ManyTables").union([frame._jdf for frame in frames]), spark)
+
+
+def planned(frame: DataFrame) -> DataFrame:
+    """`frame`, its physical plan made now in the calling thread (`queryExecution.toRdd` keeps it), so that many
+    tables' frames are planned in threads, not one after another by the job that runs them together."""
+    frame._jdf.queryExecution().toRdd()
+    return frame
+
+
+def fits(schema: StructType, table: StructType) -> bool:
     """Whether rows of `schema` append to a table of columns `table` as they are: each of their columns is one of
     the table's, of the same type (nullability aside). The table's other columns are left null."""
     columns = {f.name: f for f in _nullable(table).fields}

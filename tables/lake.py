@@ -225,24 +225,38 @@ class IcebergLakeTable:
     def build(self, rows: DataFrame, partition_by: list[PartitionField], write_mode: str, metadata: dict[str, str],
               *, spread: bool) -> None:
         """`rows` as the first data of the table, with `metadata`, in one commit: a table that does not exist yet
-        is created by that commit (a failed write leaves none behind), an empty one is appended to. `spread`: the
+        is created by that commit (a failed write leaves none behind); an empty one (another run may have created
+        it, `MirrorStage.merge_together`) takes them only if no commit added data since it was seen empty, else
+        the write fails with Iceberg's `ValidationException`, a conflict the stage retries. `spread`: the
         caller's tasks hold whole partitions already (a bucket of the key in one task), so the rows are written as
         they come, a file open per partition a task meets, with no shuffle into the partitions and no sort by
         partition; else Iceberg distributes them as any write."""
+        from pyspark.sql import functions as F
+
         writer = rows.writeTo(self.ref)
         if spread:
             writer = writer.options(**{"distribution-mode": "none", "fanout-enabled": "true"})
         with session_conf(self.spark, snapshot_properties(metadata)):
-            if self.exists():
-                writer.append()
-            else:
+            if not self.exists():
                 _creating(writer, partition_by, write_mode).create()
+                return
+            seen = self.commit_id()  # an overwrite of nothing, validated as one: no data added since `seen`
+            writer = writer.option("isolation-level", "serializable")
+            if seen is not None:
+                writer = writer.option("validate-from-snapshot-id", str(seen))
+            writer.overwrite(F.lit(True))
 
     def is_empty(self) -> bool:
         """No rows (or no table): from the current snapshot's summary, without a scan. A summary without the
         totals (a writer that does not keep them) counts as rows: the incremental path is right for any table."""
         current = self._current_snapshot()
         return current is None or current.summary().get("total-records") == "0"
+
+    def records(self, commit: int) -> int | None:
+        """The rows the table held at `commit`, from its snapshot's summary (None when the summary has no totals)."""
+        found = self._metadata().snapshot(commit)
+        total = found.summary().get("total-records") if found is not None else None
+        return int(total) if total is not None else None
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
         """`source` must be materialised (`localCheckpoint`): Spark 4.1 fails to plan a MERGE whose source

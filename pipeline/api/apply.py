@@ -12,19 +12,22 @@ Iceberg current-state table is built in one pass instead (`tables/first_build.py
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from cdc.build import built as built_rows
 from cdc.columns import is_pipeline_column, source_columns
 from cdc.merge import TRUNCATE, UNCHANGED, is_truncate, latest_per_key, merge_clauses, prepared, truncated, truncates
 from cdc.scd2 import VERSION_COLUMNS, is_history, truncates_as_deletes
-from cdc.validate import ChangeError, check_changes, check_columns, check_key_types
+from cdc.validate import (CHECKED_TABLE, ChangeError, change_totals, check_changes, check_columns, check_key_types,
+                          check_rows, checked)
 from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
 from tables.history import append_versions, with_versions, write_versions
+from tables.append import append_together, fits, iceberg_table, planned, union_planned
 from tables.first_build import first_build, is_first_build
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
-from tables.names import column, quote
+from tables.names import quote, sql_string
 from tables.pending import aligned, append_pending, create_pending, fold, mirror_state, pending_table, with_unchanged
 
 if TYPE_CHECKING:
@@ -127,45 +130,46 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
                source_time: str | None, column_list: list[str] | None, except_column_list: list[str] | None,
                ignore_null_updates: bool, ignore_columns: list[str] | None) -> DataFrame:
     """The changes with the changelog's columns: `_seq` (from `sequence_by`), `_is_deleted`, `_op`,
-    `_source_ts` and `_unchanged` (a null in an ignore-null-updates column keeps the row's value)."""
-    from pyspark.sql import functions as F
+    `_source_ts` and `_unchanged` (a null in an ignore-null-updates column keeps the row's value). One
+    projection, as SQL text (`tables/names.py`)."""
     from pyspark.sql.types import DateType, NumericType, StructType, TimestampNTZType, TimestampType
 
-    kind = source.schema[sequence_by].dataType
+    types = {f.name: f.dataType for f in source.schema.fields}
+    kind, by = types[sequence_by], quote(sequence_by)
     times = (TimestampType, TimestampNTZType, DateType)
     if isinstance(kind, StructType) and sequence_by == CANONICAL_SEQUENCE:
-        seq = column(sequence_by)
+        seq = by
     elif isinstance(kind, (NumericType, *times)):
-        major = F.unix_micros(column(sequence_by).cast("timestamp")) if isinstance(kind, times) else column(sequence_by)
-        seq = F.struct(major.cast("long").alias("source_major"), F.lit(0).cast("long").alias("source_minor"),
-                       F.lit(0).alias("transport_partition"), F.lit(0).cast("long").alias("transport_offset"))
+        major = f"unix_micros(CAST({by} AS TIMESTAMP))" if isinstance(kind, times) else by
+        seq = (f"named_struct('source_major', CAST({major} AS BIGINT), 'source_minor', CAST(0 AS BIGINT), "
+               "'transport_partition', 0, 'transport_offset', CAST(0 AS BIGINT))")
     else:
         raise ChangeError(f"{name}: sequence_by column {sequence_by} is {kind.simpleString()}; use a number or a "
                           "timestamp that orders each key's changes")
-    data = [c for c in source_columns(source.columns) if c not in keys and c != sequence_by]
+    data = [c for c in source_columns(list(types)) if c not in keys and c != sequence_by]
     kept = [c for c in data if (column_list is None or c in column_list) and c not in (except_column_list or [])]
-    deleted = (F.coalesce(F.expr(apply_as_deletes), F.lit(False)) if apply_as_deletes
-               else F.col("_is_deleted") if "_is_deleted" in source.columns else F.lit(False))
+    deleted = (f"coalesce(({apply_as_deletes}), false)" if apply_as_deletes
+               else "_is_deleted" if "_is_deleted" in types else "false")
     if source_time:
-        time = column(source_time).cast("timestamp")
-    elif "_source_ts" in source.columns:
-        time = F.col("_source_ts")
+        time = f"CAST({quote(source_time)} AS TIMESTAMP)"
+    elif "_source_ts" in types:
+        time = "_source_ts"
     else:
-        time = column(sequence_by).cast("timestamp") if isinstance(kind, times) else F.lit(None).cast("timestamp")
+        time = f"CAST({by} AS TIMESTAMP)" if isinstance(kind, times) else "CAST(NULL AS TIMESTAMP)"
     ignored = kept if ignore_null_updates else [c for c in kept if c in (ignore_columns or [])]
-    unchanged = F.col(UNCHANGED) if UNCHANGED in source.columns else F.array().cast("array<string>")
+    none = "CAST(array() AS ARRAY<STRING>)"
+    unchanged = UNCHANGED if UNCHANGED in types else none
     if ignored:
-        nulls = F.array_compact(F.array(*[F.when(column(c).isNull(), F.lit(c)) for c in ignored]))
-        unchanged = F.when(deleted, unchanged).otherwise(F.array_union(F.coalesce(unchanged, F.array().cast(
-            "array<string>")), nulls))
-    canonical = {"_op": F.col("_op") if "_op" in source.columns else F.when(deleted, "d").otherwise("u"),
+        nulls = ", ".join(f"CASE WHEN {quote(c)} IS NULL THEN {sql_string(c)} END" for c in ignored)
+        unchanged = (f"CASE WHEN {deleted} THEN {unchanged} "
+                     f"ELSE array_union(coalesce({unchanged}, {none}), array_compact(array({nulls}))) END")
+    canonical = {"_op": "_op" if "_op" in types else f"CASE WHEN {deleted} THEN 'd' ELSE 'u' END",
                  "_is_deleted": deleted, "_source_ts": time, "_seq": seq, UNCHANGED: unchanged}
     wanted = {*keys, *kept, sequence_by} - {CANONICAL_SEQUENCE}
-    # The source's column order, the canonical columns where the source has them (`withColumns` replaces a column
-    # in place), else at the end.
-    kept_columns = [*[c for c in source.columns if c in wanted or is_pipeline_column(c)],
-                    *[c for c in canonical if c not in source.columns]]
-    return source.withColumns(canonical).selectExpr(*map(quote, kept_columns))
+    # The source's column order, the canonical columns where the source has them, else at the end; each canonical
+    # column computed from the source's columns as they are.
+    columns = [*[c for c in types if c in wanted or is_pipeline_column(c)], *[c for c in canonical if c not in types]]
+    return source.selectExpr(*[f"{canonical[c]} AS {quote(c)}" if c in canonical else quote(c) for c in columns])
 
 
 def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFrame, keys: list[str],
@@ -224,6 +228,100 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
             with session_conf(spark, merge_join_conf(cfg, name, keys)):
                 target.merge(reduced, merge_clauses(reduced.columns, keys, settings.delete_mode), metadata)
     return Applied(totals.changes, totals.keys, reshaped)
+
+
+@dataclass(frozen=True)
+class PendingAppend:
+    """One mirror's changes, ready for `apply_pending_together`, both frames planned: `checks`, what the checks
+    read of them (`check_rows`, the table's `number` in the run), and `rows`, what is written to `table` (the
+    Iceberg Java table), in its columns: the changes, for the pending table; or a new mirror's `built` rows, for
+    its base (`created`: its views are then made, and the commit is guarded against another run's first build).
+    Its `keys`, and the commit's `metadata`."""
+
+    name: str
+    number: int
+    checks: DataFrame
+    rows: DataFrame
+    table: Any  # a py4j org.apache.iceberg.Table
+    keys: list[str]
+    metadata: dict[str, str]
+    created: bool
+
+
+def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: int, source: DataFrame,
+                   keys: list[str], metadata: dict[str, str], rows: int | None) -> PendingAppend | None:
+    """Changelog rows `source` (`rows` of them, when known) of mirror `name` planned as `apply_changes` applies
+    them in the pending layout, with the mirror stage's arguments (`_seq`, `_is_deleted`, the changelog's
+    columns), without a job: an append of the changes to the mirror's pending table. A new unpartitioned mirror
+    (none yet, or one with no rows and no pending changes) of at most `mirror.pending_build_rows` rows is
+    created empty, with its pending table, and its first build's rows (`cdc/build.py`, in one task: the rows are
+    few) are what is written, to its base. None when the mirror needs more, which `apply_changes` then does
+    alone: it is not in the pending layout, or SCD2, or a larger or partitioned new mirror, or the changes lack
+    a key column, add columns, or change a column's type."""
+    from pyspark.sql.types import StructType
+
+    settings = cfg.mirror
+    if cfg.lake.format != "iceberg" or settings.layout != "pending" or settings.scd_type_of(name) == 2:
+        return None
+    if any(k not in source.columns for k in (*keys, CANONICAL_SEQUENCE)):
+        return None
+    base, pending = lake_table(cfg, spark, settings.namespace, name), pending_table(cfg, spark, name)
+    assert isinstance(base, IcebergLakeTable)
+    exists = base.exists()
+    if exists and pending is None:
+        return None  # a mirror of the merge layout, which takes this layout alone (`_apply`)
+    canonical = _canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False, None)
+    changes = prepared(canonical)
+    checks = planned(check_rows(changes, keys, number))
+    if exists and not is_first_build(base, pending):
+        fields = pending.fields()  # type: ignore[union-attr]
+        if not fits(changes.schema, StructType(fields)):
+            return None
+        return PendingAppend(name, number, checks, planned(aligned(changes, fields)),
+                             iceberg_table(spark, pending.ref), keys, metadata, created=False)  # type: ignore[union-attr]
+    if rows is None or rows > settings.pending_build_rows or settings.partition_fields(name):
+        return None
+    if not exists:
+        _shape(cfg, base, None, None, changes, name, unchanged=True)
+    if pending is None:
+        create_pending(cfg, spark, base, changes)
+    fields = base.fields()
+    if not fits(changes.schema, StructType(fields)):
+        return None
+    first = built_rows(canonical.coalesce(1), keys, deletes_know_values=False, spread=[])
+    first = first.where("NOT _is_deleted") if settings.delete_mode == "hard" else first
+    return PendingAppend(name, number, checks, planned(aligned(first, fields)), iceberg_table(spark, base.ref), keys,
+                         metadata, created=True)
+
+
+def apply_pending_together(spark: SparkSession, appends: list[PendingAppend], threads: int = 4
+                           ) -> list[Applied | ChangeError | None]:
+    """What `apply_changes` does to each of `appends`' mirrors, in two Spark jobs in all instead of two or three a
+    table: the checks of every table's changes in one aggregation over their union (`cdc/validate.py`), then
+    the writes of those that pass in one job, each table committed with its metadata (`tables/append.py`,
+    `append_together`). Each table's `Applied`, or the `ChangeError` its changes failed with (nothing of it is
+    written), or None for what `apply_changes` must apply alone: changes with a truncate, which reads the mirror's
+    rows, and a first build another run committed first."""
+    if not appends:
+        return []
+    totals = change_totals(union_planned(spark, [part.checks for part in appends])).collect()
+    found = {row[CHECKED_TABLE]: row.asDict() for row in totals}
+    results: list[Applied | ChangeError | None] = []
+    for part in appends:
+        try:
+            checks = checked(part.name, found.get(part.number, {}), part.keys)
+        except ChangeError as exc:
+            results.append(exc)
+            continue
+        results.append(None if checks.truncates else Applied(checks.changes, checks.keys, reshaped=part.created))
+    ready = [i for i, result in enumerate(results) if isinstance(result, Applied)]
+    written = append_together(spark, [appends[i].rows for i in ready], [appends[i].table for i in ready],
+                              [appends[i].metadata for i in ready], threads,
+                              guarded=[appends[i].created for i in ready])
+    for i, rows in zip(ready, written, strict=True):
+        if rows < 0:
+            results[i] = None
+    return results
 
 
 def _shape(cfg: PipelineConfig, target: LakeTable, present: set[str] | None, pending: LakeTable | None,

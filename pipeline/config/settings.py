@@ -420,6 +420,10 @@ class MirrorSettings(_Section):
         "follows the changes); merge = MERGE into the table each run (cost follows the table). Delta: merge")
     pending_namespace: str = Field("mirror_pending", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                    description="namespace of the pending tables of the pending layout")
+    pending_build_rows: int = Field(
+        100_000, ge=0, description="pending layout: a new unpartitioned mirror of at most this many changelog rows "
+        "is built in one job with the run's other tables (checked in another); a larger or partitioned one by a "
+        "pass of its own (0: every new mirror)")
     scd_type: dict[str, int] = Field(default_factory=dict, description="table -> 1 (current state, the default) or "
                                      "2 (one row per version, docs/mirror.md)")
     track_history_columns: dict[str, str] = Field(default_factory=dict, description="SCD2 table -> the columns whose "

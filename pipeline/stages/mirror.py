@@ -22,7 +22,7 @@ import structlog
 
 from cdc.columns import source_columns
 from cdc.validate import ChangeError
-from pipeline.api.apply import apply_changes
+from pipeline.api.apply import Applied, PendingAppend, apply_changes, apply_pending_together, pending_append
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
 from tables.catalog import keeps_views
@@ -69,18 +69,32 @@ class MissingKeys(MirrorError):
 
 
 @dataclass(frozen=True)
+class Position:
+    """Where a table's mirror stands: the changelog's current commit (`through`, None before its first), the
+    commit the mirror merged through (`merged`, its watermark), and the seconds the lookup took."""
+
+    through: int | None
+    merged: int | None
+    seconds: float
+
+
+@dataclass(frozen=True)
 class TableReport:
     table: str
     changes: int  # changelog rows read
     merged: int  # keys merged (one change per key)
     held_back: int  # rows above the common source position (consistent mode), left for the next run
     watermark: int | None  # changelog commit merged through
-    seconds: float
+    seconds: float  # of the table's merge; of all of them, for tables merged together
+    together: int = 1  # the tables merged in the same jobs (`MirrorStage.merge_together`)
 
     def line(self) -> str:
         if self.changes == 0:
             return f"{self.table}: up to date (changelog commit {self.watermark})"
         held = f", {self.held_back} held back" if self.held_back else ""
+        if self.together > 1:
+            return (f"{self.table}: {self.changes} changes -> {self.merged} keys merged, with {self.together - 1} "
+                    f"other table(s) in {self.seconds:.1f} s, watermark {self.watermark}")
         return (f"{self.table}: {self.changes} changes -> {self.merged} keys merged{held} in {self.seconds:.1f} s "
                 f"({self.changes / max(self.seconds, 1e-9):,.0f} changes/s), watermark {self.watermark}")
 
@@ -112,45 +126,55 @@ class MirrorStage:
         return wanted
 
     def run_once(self, requested: Iterable[str] = ()) -> list[TableReport]:
-        """Merge each table once, up to `mirror.concurrent_tables` at a time, each in a thread and session of its
-        own: one table's driver work (reading its watermark, planning the merge, the commit) is about half of a
-        small table's merge, and would otherwise leave the executors idle. Every table is tried; a failure is
-        raised (the first, in table order) once the others are done. The tables with nothing new are found
-        first (`up_to_date`) and only reported."""
+        """Merge each table once. The tables with nothing new are found first (`positions`) and only reported;
+        those whose changes only append to their pending table are merged together (`merge_together`); the
+        others one by one, up to `mirror.concurrent_tables` at a time, each in a thread and session of its own:
+        one table's driver work (reading its watermark, planning the merge, the commit) is about half of a small
+        table's merge, and would otherwise leave the executors idle. Every table is tried; a failure is raised
+        (the first, in table order) once the others are done."""
         names = self.tables(requested)
-        quiet = self.up_to_date(names)
+        positions = self.positions(names)
+        quiet = {name: TableReport(name, 0, 0, 0, at.merged, at.seconds) for name, at in positions.items()
+                 if at is not None and at.through is not None and at.merged == at.through}
+        log.info("mirror.up_to_date", tables=len(quiet), of=len(names))
         self.cfg, keyless = with_table_keys(self.cfg, self.spark, [name for name in names if name not in quiet])
         self.settings = self.cfg.mirror
         names = [name for name in names if name not in keyless]
         limit = self.common_position(names) if self.settings.consistent and names else None
         glue = DeltaGlue.enabled(self.cfg, self.spark)
+        together, failed = (self.merge_together([name for name in names if name not in quiet], positions)
+                            if limit is None else ({}, {}))
+        done = {**quiet, **together}
 
         def merge(name: str) -> TableReport:
-            report = quiet[name] if name in quiet else self._merge_with_retries(name, limit)
+            if name in failed:
+                raise failed[name]
+            report = done[name] if name in done else self._merge_with_retries(name, limit)
             log.info("mirror.table", summary=report.line())
             if glue is not None and lake_table(self.cfg, self.spark, self.settings.namespace, name).exists():
                 glue.sync(self.settings.namespace, name)  # Athena's entry (table_type=DELTA), kept current
             return report
 
-        busy = [name for name in names if name not in quiet]
-        merged = dict(zip(busy, self._sessions.map(merge, busy, self.settings.concurrent_tables, "mirror"),
+        merged = {name: merge(name) for name in names if name in done}  # reported before the others start
+        busy = [name for name in names if name not in done]
+        merged.update(zip(busy, self._sessions.map(merge, busy, self.settings.concurrent_tables, "mirror"),
                           strict=True))
-        reports = [merged[name] if name in merged else merge(name) for name in names]
+        reports = [merged[name] for name in names]
         if keyless:
             raise MissingKeys(keyless, reports)
         return reports
 
-    def up_to_date(self, names: list[str]) -> dict[str, TableReport]:
-        """The tables of `names` whose mirror has merged their changelog's current commit, with their report,
-        found without a Spark job: each table's current changelog commit and its mirror's watermark, read from the
-        tables' metadata, `mirror.concurrent_lookups` tables at a time. The mirror and pending namespaces are
-        listed once, so a table without a mirror costs no lookup of one. A quiet table then costs no more:
-        no key lookup, no schema, no merge planning."""
+    def positions(self, names: list[str]) -> dict[str, Position | None]:
+        """Each table's current changelog commit and its mirror's watermark (None for a table never merged),
+        read from the tables' metadata without a Spark job, `mirror.concurrent_lookups` tables at a time. The
+        mirror and pending namespaces are listed once, so a table without a mirror costs no lookup of one. A
+        table whose mirror has merged its changelog's current commit is then only reported: no key lookup, no
+        schema, no merge planning."""
         mirrors = set(table_names(self.cfg, self.spark, self.settings.namespace))
         pending = (set(table_names(self.cfg, self.spark, self.settings.pending_namespace))
                    if self.cfg.lake.format == "iceberg" else set())
 
-        def look(name: str) -> TableReport | None:
+        def look(name: str) -> Position | None:
             if name not in mirrors:
                 return None  # never merged
             started = time.perf_counter()
@@ -158,14 +182,56 @@ class MirrorStage:
             merged = watermark(lake_table(self.cfg, self.spark, self.settings.namespace, name),
                                IcebergLakeTable(self.spark, name, self.settings.pending_namespace, self.cfg)
                                if name in pending else None)
-            if through is None or merged != through:
-                return None
-            return TableReport(name, 0, 0, 0, merged, time.perf_counter() - started)
+            return Position(through, merged, time.perf_counter() - started)
 
-        looked = self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup")
-        quiet = {name: report for name, report in zip(names, looked, strict=True) if report is not None}
-        log.info("mirror.up_to_date", tables=len(quiet), of=len(names))
-        return quiet
+        return dict(zip(names, self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup"),
+                        strict=True))
+
+    def merge_together(self, names: list[str], positions: dict[str, Position | None]
+                       ) -> tuple[dict[str, TableReport], dict[str, MirrorError]]:
+        """The tables of `names` whose new changes only append to their mirror's pending table (an Iceberg mirror
+        in the pending layout, SCD type 1, built already or small: `pending_append`), merged together: each
+        table's reading and planning in a thread, then one Spark job checking all their changes and one writing
+        them, each pending table committed with its watermark (`apply_pending_together`), then the views of the
+        mirrors created. A batch of a whole database is mostly tables with a few changes each, and a job, a plan
+        and a commit a table cost far more than their rows. Returns the reports of the tables merged, and the
+        error of each whose changes failed a check; the others (a large first build, new columns, a truncate)
+        are left to `merge_table`."""
+        if self.cfg.lake.format != "iceberg" or self.settings.layout != "pending" or not names:
+            return {}, {}
+        started, spark = time.perf_counter(), self._sessions.root  # the frames of one job share a session
+        numbers = {name: number for number, name in enumerate(names)}  # each table's in the checks' union
+
+        def plan(name: str) -> PendingAppend | None:
+            at, keys = positions.get(name), self.settings.key_columns(name)
+            source = lake_table(self.cfg, spark, self.cfg.changelog.namespace, name)
+            through = at.through if at is not None else source.commit_id()
+            if through is None or not keys:
+                return None
+            after = at.merged if at is not None else None
+            rows = source.records(through) if isinstance(source, IcebergLakeTable) and after is None else None
+            try:
+                return pending_append(self.cfg, spark, name, numbers[name], source.read_appended(after, through),
+                                      keys, {WATERMARK: str(through)}, rows)
+            except Exception as exc:  # noqa: BLE001 - a concurrent run created the mirror: it goes alone, retried
+                if not any(marker in str(exc) for marker in CONFLICTS):
+                    raise
+                return None
+
+        planned = [part for part in self._sessions.map(plan, names, self.settings.concurrent_lookups, "mirror-plan")
+                   if part is not None]
+        results = apply_pending_together(spark, planned, self.settings.concurrent_lookups)
+        failed = {part.name: MirrorError(str(result)) for part, result in zip(planned, results, strict=True)
+                  if isinstance(result, ChangeError)}
+        merged = [(part, result) for part, result in zip(planned, results, strict=True) if isinstance(result, Applied)]
+        self._sessions.map(lambda part: self._replace_views(part.name, part.keys, self._changelog(part.name)),
+                           [part for part, result in merged if result.reshaped], self.settings.concurrent_tables,
+                           "mirror-views")
+        seconds = time.perf_counter() - started
+        reports = {part.name: TableReport(part.name, result.changes, result.keys, 0, int(part.metadata[WATERMARK]),
+                                          seconds, len(merged)) for part, result in merged}
+        log.info("mirror.together", tables=len(reports), failed=len(failed), of=len(names), seconds=round(seconds, 2))
+        return reports, failed
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),
                   stopping: threading.Event | None = None) -> None:
@@ -247,17 +313,19 @@ class MirrorStage:
 def with_table_keys(cfg: PipelineConfig, spark: SparkSession, names: list[str]) -> tuple[PipelineConfig, list[str]]:
     """The configuration with `mirror.keys` holding the key of each of the changelog tables `names` that the
     table keeps (`tables/keys.py`: Debezium's record key, a DMS table-def's primary key) where no setting names
-    one, so everything downstream (merge, views, fold) sees one key per table; and the tables with no key."""
-    keys, keyless = dict(cfg.mirror.keys), []
-    for name in names:
-        if name in keys:
-            continue
+    one, so everything downstream (merge, views, fold) sees one key per table; and the tables with no key. The
+    tables' properties are read `mirror.concurrent_lookups` at a time (a catalog load and a metadata file each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def kept(name: str) -> list[str]:
         table = lake_table(cfg, spark, cfg.changelog.namespace, name)
-        found = table_key([], table.properties()) if table.exists() else []
-        if found:
-            keys[name] = ",".join(found)
-        else:
-            keyless.append(name)
+        return table_key([], table.properties()) if table.exists() else []
+
+    unset = [name for name in names if name not in cfg.mirror.keys]
+    with ThreadPoolExecutor(cfg.mirror.concurrent_lookups, thread_name_prefix="mirror-keys") as pool:
+        found = dict(zip(unset, pool.map(kept, unset), strict=True))
+    keys = {**cfg.mirror.keys, **{name: ",".join(key) for name, key in found.items() if key}}
+    keyless = [name for name, key in found.items() if not key]
     return cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"keys": keys})}), keyless
 
 

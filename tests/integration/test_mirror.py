@@ -379,8 +379,9 @@ def test_storage_partitioned_joins_change_no_row_of_any_mirror_write(landed, spa
         _assert_equal_to_truth(mirror, spark, landed[2], [table])
 
 
-# The killed mirror's tables, half SCD1 and half SCD2 (the orders: TOAST placeholders and truncates), merged side by
-# side, so one killed process and one re-run are each kind's crash: the kill lands while tables of both are merged.
+# The killed mirror's tables, half SCD1 and half SCD2 (the orders: TOAST placeholders and truncates). The SCD1 ones
+# are built together and reported first (`MirrorStage.merge_together`); the kill lands once they are committed,
+# while the SCD2 ones are merged side by side, each in a session of its own.
 KILLED_SCD_TYPES = {"artists": 1, "artworks": 2, "employee": 1, "orders": 2}
 
 

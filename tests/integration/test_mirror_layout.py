@@ -18,7 +18,7 @@ from tables.append import IcebergAppender
 from tables.catalog import load_pyiceberg_catalog
 from tables.current_state import read_current_state
 from tables.lake import lake_table
-from tables.pending import fold, mirror_state, pending_table
+from tables.pending import WATERMARK, fold, mirror_state, pending_table
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +72,11 @@ def _model(changes: list[dict], delete_mode: str) -> dict[int, dict]:
     a soft delete keeping the row's last values; a change not newer than the row is ignored."""
     rows: dict[int, dict] = {}
     for change in sorted(changes, key=lambda c: c["_seq"]):
+        if change["_op"] == "t":  # every key live before it is deleted at it, keeping its values
+            at = {"_op": "t", "_seq": change["_seq"], "_is_deleted": True, "_source_ts": change["_source_ts"],
+                  "_deleted_at": change["_source_ts"]}
+            rows.update({key: {**row, **at} for key, row in rows.items() if not row["_is_deleted"]})
+            continue
         row = rows.get(change["id"])
         if row is not None and row["_seq"] >= change["_seq"]:
             continue
@@ -107,15 +112,21 @@ def _pyiceberg_state(cfg: PipelineConfig, name: str) -> dict[int, dict]:
 
 
 def _setup(cfg: PipelineConfig, spark, **mirror) -> tuple[PipelineConfig, str, IcebergAppender]:
+    cfg, names, appender = _setup_tables(cfg, spark, 1, **mirror)
+    return cfg, names[0], appender
+
+
+def _setup_tables(cfg: PipelineConfig, spark, count: int,
+                  **mirror) -> tuple[PipelineConfig, list[str], IcebergAppender]:
     tag = uuid.uuid4().hex[:6]
-    name = f"layout_{tag}"
+    names = [f"layout_{tag}"] if count == 1 else [f"layout_{tag}_{i}" for i in range(count)]
     cfg = cfg.model_copy(update={
         "changelog": cfg.changelog.model_copy(update={"namespace": f"changelog_{tag}"}),
         "mirror": cfg.mirror.model_copy(update={"namespace": f"mirror_{tag}", "pending_namespace": f"pending_{tag}",
-                                                "keys": {name: "id"}, "tables": [name],
-                                                "partition_by": {name: "city"}, **mirror})})
+                                                "keys": {name: "id" for name in names}, "tables": names,
+                                                "partition_by": {name: "city" for name in names}, **mirror})})
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{cfg.changelog.namespace}")
-    return cfg, name, IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}")
+    return cfg, names, IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}")
 
 
 def _land(spark, appender: IcebergAppender, name: str, rows: list[dict], batch: int) -> None:
@@ -165,6 +176,77 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
     # Time travel to a pending commit: the base and the pending table as they were then.
     past = query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{name}", as_of=str(then[0]))
     assert _state(past) == then[1]
+
+
+def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfig, spark) -> None:
+    """A run checks and appends the changes of its tables in the pending layout together (one check, one write:
+    `MirrorStage.merge_together`), late and twice-delivered changes included, small first builds too (their base
+    written, views made); a table that needs more (a larger first build, a truncate, new columns) is
+    merged alone in the same run, and one whose changes fail a check is named while the others merge."""
+    cfg, names, appender = _setup_tables(cfg, spark, 4)
+    plain, widening, truncating, tied = names
+    history = {name: _random_batches(seed=11 + i, keys=25, batches=3, per_batch=30, late=name != truncating)
+               for i, name in enumerate(names)}
+    batches = {name: [*found[:2], [c for batch in found[2:] for c in batch]] for name, found in history.items()}
+    landed: dict[str, list[dict]] = {name: [] for name in names}
+
+    def land(name: str, number: int, rows: list[dict], schema: str = SCHEMA) -> None:
+        frame = spark.createDataFrame([{**r, "_seq": tuple(r["_seq"])} for r in rows], schema)
+        appender.append(frame.withColumn("_batch_id", frame["_batch_id"] + number), name, "test", number)
+        landed[name] += rows
+
+    def reports(stage: MirrorStage) -> dict[str, object]:
+        found = {report.table: report for report in stage.run_once()}
+        for name in found:
+            assert _state(mirror_state(cfg, spark, name)) == _model(landed[name], "soft"), name
+        return found
+
+    for name in names:
+        land(name, 0, batches[name][0])
+    # A first build of at most `mirror.pending_build_rows` changelog rows is written together with the others; a
+    # larger one alone. Both write the base.
+    limit = min(len(batches[name][0]) for name in names)
+    small = [name for name in names if len(batches[name][0]) <= limit]
+    assert 0 < len(small) < len(names)
+    first = reports(MirrorStage(cfg.model_copy(update={
+        "mirror": cfg.mirror.model_copy(update={"pending_build_rows": limit})}), spark))
+    for name in names:
+        assert first[name].together == (len(small) if name in small else 1), name
+        assert not lake_table(cfg, spark, cfg.mirror.namespace, name).read().isEmpty(), name
+        assert spark.table(pending_table(cfg, spark, name).ref).isEmpty(), name
+    views = {v["viewName"] for v in spark.sql(f"SHOW VIEWS IN {cfg.catalog.name}.{cfg.mirror.namespace}").collect()}
+    assert {f"{name}{cfg.mirror.view_suffix}" for name in names} <= views
+    for name in names:
+        land(name, 1, batches[name][1])
+    second = reports(MirrorStage(cfg, spark))
+    assert {name: (second[name].together, second[name].changes) for name in names} == {
+        name: (4, len(batches[name][1])) for name in names}
+    assert all(pending_table(cfg, spark, name).commit_metadata(WATERMARK)[1] == str(second[name].watermark)
+               for name in names)
+
+    # A truncate (no key) goes alone; a tie stops its table, named, with its watermark where it was.
+    truncate = _change(None, 95, "t", {"name": None, "city": None, "notes": None}, offset=10**7)
+    land(truncating, 2, [*batches[truncating][2], truncate])
+    tie = [_change(1, 10**6, "u", {"name": name, "city": "A", "notes": "x"}) for name in ("a", "b")]
+    land(tied, 2, [*batches[tied][2], *tie])
+    land(plain, 2, batches[plain][2][:10])
+    before = watermark(lake_table(cfg, spark, cfg.mirror.namespace, tied), pending_table(cfg, spark, tied))
+    with pytest.raises(MirrorError, match=f"{tied}: 1 key\\(s\\) have different changes with the same _seq, "
+                                          r'e.g. key \{"id":1\} at _seq'):
+        MirrorStage(cfg, spark).run_once()
+    assert watermark(lake_table(cfg, spark, cfg.mirror.namespace, tied), pending_table(cfg, spark, tied)) == before
+    for name in (plain, truncating):
+        assert _state(mirror_state(cfg, spark, name)) == _model(landed[name], "soft"), name
+    assert any(row["_op"] == "t" for row in _state(mirror_state(cfg, spark, truncating)).values())
+
+    # A new column goes alone; the others, the truncated table among them, together again.
+    cfg = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"tables": [plain, widening, truncating]})})
+    land(plain, 3, batches[plain][2][10:])
+    land(truncating, 3, [_change(k, 100 + k, "c", {"name": f"t{k}", "city": "B", "notes": "y"}) for k in range(5)])
+    land(widening, 3, [{**r, "extra": f"e{r['_seq'][0]}"} for r in batches[widening][2]], f"{SCHEMA}, extra STRING")
+    third = reports(MirrorStage(cfg, spark))
+    assert (third[plain].together, third[truncating].together, third[widening].together) == (2, 2, 1)
+    assert mirror_state(cfg, spark, widening).where("extra IS NOT NULL").count() > 0
 
 
 def test_switching_back_to_the_merge_layout_folds_the_pending_changes_first(cfg: PipelineConfig, spark) -> None:

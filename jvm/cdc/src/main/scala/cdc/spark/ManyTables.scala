@@ -4,11 +4,13 @@ import java.util.concurrent.{Callable, Executors}
 
 import scala.jdk.CollectionConverters._
 
-import org.apache.iceberg.{DataFile, Table}
+import org.apache.iceberg.{DataFile, SnapshotUpdate, Table}
+import org.apache.iceberg.exceptions.ValidationException
+import org.apache.iceberg.expressions.{Expressions => IcebergExpressions}
 import org.apache.iceberg.spark.Spark3Util
 import org.apache.iceberg.spark.source.SerializableTableWithSize
 import org.apache.spark.sql.Row
-import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.classic.{Dataset, SparkSession}
 import org.apache.spark.sql.connector.catalog.TableCatalog
@@ -50,12 +52,17 @@ object ManyTables {
   def writable(table: Table): Boolean = TableFiles.writable(table)
 
   /** Writes each frame's rows into its table in one Spark job of at most `tasks` tasks, then commits each table
-   *  once (`threads` at a time) with the snapshot properties `snapshot`, and completes the frames' observations
-   *  (`Dataset.observe`) as a write of each would have. Returns the rows written to each table. */
+   *  once (`threads` at a time) with its snapshot properties (`snapshots`, one map a table), and completes the
+   *  frames' observations (`Dataset.observe`) as a write of each would have. A table `guarded` takes its rows only
+   *  if no other commit added data to it since the snapshot it was loaded at (a first build: two runs must not
+   *  both write one). Returns the rows written to each table, -1 for a guarded table that another commit wrote
+   *  first (nothing of this write is in it). */
   def append(frames: java.util.List[Dataset[Row]], tables: java.util.List[Table],
-             stamps: java.util.Map[String, java.lang.Number], snapshot: java.util.Map[String, String],
+             stamps: java.util.Map[String, java.lang.Number],
+             snapshots: java.util.List[java.util.Map[String, String]], guarded: java.util.List[java.lang.Boolean],
              tasks: Int, threads: Int): Array[Long] = {
-    require(frames.size == tables.size && !frames.isEmpty, "one table a frame, at least one")
+    require(frames.size == tables.size && tables.size == snapshots.size && tables.size == guarded.size &&
+            !frames.isEmpty, "one table, one map of snapshot properties and one guard a frame, at least one")
     val spark = frames.get(0).sparkSession
     val context = spark.sparkContext
     val shipped = context.broadcast(tables.asScala.map(SerializableTableWithSize.copyOf).toArray)
@@ -68,34 +75,59 @@ object ManyTables {
     val written = try union.coalesce(math.max(1, math.min(tasks, union.getNumPartitions))).collect()
                   finally shipped.destroy()
     val rows = commit(tables.asScala.toSeq, written.groupMap(_._1)(_._2).view.mapValues(_.flatten.toSeq).toMap,
-                      snapshot, threads)
+                      snapshots.asScala.toSeq, threads, guarded.asScala.map(_.booleanValue).toSeq)
     frames.asScala.zip(tables.asScala).foreach { case (frame, table) =>
       SQLExecution.withNewExecutionId(frame.queryExecution, Some(s"append to ${table.name}"))(())
     }
     rows
   }
 
-  /** Commits each table's files (`files`: by the table's position in `tables`) with the snapshot properties
-   *  `snapshot`, `threads` tables at a time; an append of no files commits too: the table then holds the batch, as
-   *  Spark's write does. Returns the rows each table gained. */
-  def commit(tables: Seq[Table], files: Map[Int, Seq[DataFile]], snapshot: java.util.Map[String, String],
-             threads: Int): Array[Long] = {
+  /** The rows of `frames` (all of one schema) as one frame over the union of their planned RDDs. `Dataset.union`
+   *  over many frames analyses the growing union once a frame (quadratic in their number) and plans every frame's
+   *  scan in the one thread that runs it; here each frame's `queryExecution.toRdd` is planned once, by whoever
+   *  asked first (callers plan them in threads of their own), and the rows pass as they are. */
+  def union(frames: java.util.List[Dataset[Row]]): Dataset[Row] = {
+    require(!frames.isEmpty, "at least one frame")
+    val spark = frames.get(0).sparkSession
+    val schema = frames.get(0).schema
+    val toRow = CatalystTypeConverters.createToScalaConverter(schema)
+    val rows = spark.sparkContext.union(frames.asScala.toSeq.map(_.queryExecution.toRdd))
+    spark.createDataFrame(rows.map(row => toRow(row).asInstanceOf[Row]), schema)
+  }
+
+  /** Commits each table's files (`files`: by the table's position in `tables`) with its snapshot properties
+   *  (`snapshots`, in the same order), `threads` tables at a time; an append of no files commits too: the table
+   *  then holds the batch, as Spark's write does. A `guarded` table's commit fails if another added data since
+   *  the table's loaded snapshot (-1). Returns the rows each table gained. */
+  def commit(tables: Seq[Table], files: Map[Int, Seq[DataFile]], snapshots: Seq[java.util.Map[String, String]],
+             threads: Int, guarded: Seq[Boolean] = Nil): Array[Long] = {
     val pool = Executors.newFixedThreadPool(math.max(1, math.min(threads, tables.size)))
     try {
       val commits = tables.zipWithIndex.map { case (table, i) =>
         pool.submit(new Callable[Long] {
-          override def call(): Long = commitOne(table, files.getOrElse(i, Nil), snapshot)
+          override def call(): Long =
+            commitOne(table, files.getOrElse(i, Nil), snapshots(i), guarded.lift(i).getOrElse(false))
         })
       }
       commits.map(_.get()).toArray
     } finally pool.shutdown()
   }
 
-  private def commitOne(table: Table, files: Seq[DataFile], snapshot: java.util.Map[String, String]): Long = {
-    val append = table.newAppend()
-    files.foreach(append.appendFile)
-    snapshot.asScala.foreach { case (key, value) => append.set(key, value) }
-    append.commit()
+  private def commitOne(table: Table, files: Seq[DataFile], snapshot: java.util.Map[String, String],
+                        guarded: Boolean): Long = {
+    val update: SnapshotUpdate[_] = if (guarded) {
+      val overwrite = table.newOverwrite()  // adds only, validated as an overwrite: no data added meanwhile
+      Option(table.currentSnapshot).foreach(loaded => overwrite.validateFromSnapshot(loaded.snapshotId))
+      overwrite.conflictDetectionFilter(IcebergExpressions.alwaysTrue).validateNoConflictingData()
+      files.foreach(overwrite.addFile)
+      overwrite
+    } else {
+      val append = table.newAppend()
+      files.foreach(append.appendFile)
+      append
+    }
+    snapshot.asScala.foreach { case (key, value) => update.set(key, value) }
+    try update.commit() catch { case _: ValidationException if guarded => return -1L }
     files.map(_.recordCount).sum
   }
 

@@ -108,7 +108,8 @@ object QuietTopics {
     val written = tables.asScala.zipWithIndex.filter(_._1 != null)
     val job = System.nanoTime
     val committed = ManyTables.commit(written.map(_._1).toSeq,
-      written.zipWithIndex.flatMap { case ((_, i), w) => files.get(i).map(w -> _) }.toMap, snapshot, threads)
+      written.zipWithIndex.flatMap { case ((_, i), w) => files.get(i).map(w -> _) }.toMap,
+      Seq.fill(written.size)(snapshot), threads)
     val counts = Array.ofDim[Long](count, Counted.size)
     val ids = Array.fill(count)(mutable.SortedSet[String]())
     found.foreach { result =>
