@@ -181,7 +181,7 @@ class ManyTablesAppender:
         if loaded is None:
             try:
                 session = self.spark._jsparkSession  # type: ignore[attr-defined]
-                loaded = self.many.create(session, table, _nullable(schema).json(),
+                loaded = self.many.create(session, table, nullable(schema).json(),
                                           "_source_ts" if partition_by_source_time else None,
                                           {**CREATED, **(created() if created is not None else {})})
             except Exception:
@@ -246,11 +246,11 @@ def planned(frame: DataFrame) -> DataFrame:
 def fits(schema: StructType, table: StructType) -> bool:
     """Whether rows of `schema` append to a table of columns `table` as they are: each of their columns is one of
     the table's, of the same type (nullability aside). The table's other columns are left null."""
-    columns = {f.name: f for f in _nullable(table).fields}
-    return all(columns.get(f.name) == f for f in _nullable(schema).fields)
+    columns = {f.name: f for f in nullable(table).fields}
+    return all(columns.get(f.name) == f for f in nullable(schema).fields)
 
 
-def _nullable(schema: StructType) -> StructType:
+def nullable(schema: StructType) -> StructType:
     """The schema with every field, element and value nullable, as a create-as-select makes its table's columns."""
     from pyspark.sql.types import StructType
 
