@@ -74,7 +74,7 @@ class IcebergAppender:
         if exists and self.committed(table, loaded, writer_id, batch_id):
             return Appended(f"{self.namespace}.{name}", 0, skipped=True)
         written = Observation(f"rows {table} {tag}")
-        ordered = _in_table_order(rows, _spark_schema(self.spark, loaded)) if exists else rows
+        ordered = _in_table_order(rows, spark_schema(self.spark, loaded)) if exists else rows
         writer = (ordered.observe(written, F.count(F.lit(1)).alias("rows")).writeTo(table)
                   .option("mergeSchema", "true").option("distribution-mode", "none").option("fanout-enabled", "true"))
         for key, value in {**(properties or {}), COMMIT_PROPERTY: tag}.items():
@@ -165,7 +165,7 @@ class ManyTablesAppender:
         target = self.target(rows.schema, name, writer_id, batch_id, partition_by_source_time, created)
         if target is None or target.skipped:
             return target
-        ordered = planned(_in_table_order(rows, _spark_schema(self.spark, target.table)))
+        ordered = planned(_in_table_order(rows, spark_schema(self.spark, target.table)))
         return Staged(target.name, ordered, target.table)
 
     def target(self, schema: StructType, name: str, writer_id: str, batch_id: int,
@@ -189,7 +189,7 @@ class ManyTablesAppender:
                     raise
                 # another writer created it meanwhile: append to it (or skip, if it holds the batch)
                 return self.target(schema, name, writer_id, batch_id, partition_by_source_time, created)
-        if not self.many.writable(loaded) or not fits(schema, _spark_schema(self.spark, loaded)):
+        if not self.many.writable(loaded) or not fits(schema, spark_schema(self.spark, loaded)):
             return None  # new columns or types, or a partitioning the job does not write
         return Staged(f"{namespace}.{name}", None, loaded)
 
@@ -271,7 +271,7 @@ def _loaded(spark: SparkSession, ref: str):  # type: ignore[no-untyped-def]  # a
     return iceberg_table(spark, ref) if spark.catalog.tableExists(ref) else None
 
 
-def _spark_schema(spark: SparkSession, metadata) -> StructType:  # type: ignore[no-untyped-def]
+def spark_schema(spark: SparkSession, metadata) -> StructType:  # type: ignore[no-untyped-def]
     """The Spark columns of an Iceberg table, as `spark.table(...).schema` gives them (Iceberg's Spark table
     converts its schema the same way), without planning a read of it."""
     from pyspark.sql.types import StructType

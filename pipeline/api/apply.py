@@ -24,7 +24,7 @@ from cdc.validate import (CHECKED_TABLE, ChangeError, change_totals, check_chang
                           check_rows, checked)
 from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
 from tables.history import append_versions, with_versions, write_versions
-from tables.append import append_together, fits, iceberg_table, planned, union_planned
+from tables.append import append_together, fits, iceberg_table, planned, spark_schema, union_planned
 from tables.first_build import first_build, is_first_build
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
 from tables.names import quote, sql_string
@@ -249,15 +249,17 @@ class PendingAppend:
 
 
 def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: int, source: DataFrame,
-                   keys: list[str], metadata: dict[str, str], rows: int | None) -> PendingAppend | None:
-    """Changelog rows `source` (`rows` of them, when known) of mirror `name` planned as `apply_changes` applies
-    them in the pending layout, with the mirror stage's arguments (`_seq`, `_is_deleted`, the changelog's
-    columns), without a job: an append of the changes to the mirror's pending table. A new unpartitioned mirror
-    (none yet, or one with no rows and no pending changes) of at most `mirror.pending_build_rows` rows is
-    created empty, with its pending table, and its first build's rows (`cdc/build.py`, in one task: the rows are
-    few) are what is written, to its base. None when the mirror needs more, which `apply_changes` then does
-    alone: it is not in the pending layout, or SCD2, or a larger or partitioned new mirror, or the changes lack
-    a key column, add columns, or change a column's type."""
+                   keys: list[str], metadata: dict[str, str], *, appending: bool, rows: int | None
+                   ) -> PendingAppend | None:
+    """Changelog rows `source` of mirror `name` planned as `apply_changes` applies them in the pending layout, with
+    the mirror stage's arguments (`_seq`, `_is_deleted`, the changelog's columns), without a job.
+    - `appending`: the caller knows the mirror is built and has its pending table (its watermark is there): the
+      changes are appended to the pending table, whose schema is all that is looked up.
+    - Else a new unpartitioned mirror (none yet, or one with no rows and no pending changes) of at most
+      `mirror.pending_build_rows` changelog rows (`rows`, when known) is created empty, with its pending table,
+      and its first build's rows (`cdc/build.py`, in one task: the rows are few) are what is written, to its base.
+    None when the mirror needs more, which `apply_changes` then does alone: it is not in the pending layout, or
+    SCD2, or another kind of mirror, or the changes lack a key column, add columns, or change a column's type."""
     from pyspark.sql.types import StructType
 
     settings = cfg.mirror
@@ -265,22 +267,24 @@ def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: 
         return None
     if any(k not in source.columns for k in (*keys, CANONICAL_SEQUENCE)):
         return None
+    if appending:
+        table = iceberg_table(spark, quote(cfg.catalog.name, settings.pending_namespace, name))
+        fields = spark_schema(spark, table).fields
+        changes = prepared(_canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False,
+                                      None))
+        if not fits(changes.schema, StructType(fields)):
+            return None
+        return PendingAppend(name, number, planned(check_rows(changes, keys, number)),
+                             planned(aligned(changes, fields)), table, keys, metadata, created=False)
+    if rows is None or rows > settings.pending_build_rows or settings.partition_fields(name):
+        return None
     base, pending = lake_table(cfg, spark, settings.namespace, name), pending_table(cfg, spark, name)
     assert isinstance(base, IcebergLakeTable)
     exists = base.exists()
-    if exists and pending is None:
-        return None  # a mirror of the merge layout, which takes this layout alone (`_apply`)
+    if exists and (pending is None or not is_first_build(base, pending)):
+        return None  # built already (its watermark lost), or of the merge layout: alone (`_apply`)
     canonical = _canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False, None)
     changes = prepared(canonical)
-    checks = planned(check_rows(changes, keys, number))
-    if exists and not is_first_build(base, pending):
-        fields = pending.fields()  # type: ignore[union-attr]
-        if not fits(changes.schema, StructType(fields)):
-            return None
-        return PendingAppend(name, number, checks, planned(aligned(changes, fields)),
-                             iceberg_table(spark, pending.ref), keys, metadata, created=False)  # type: ignore[union-attr]
-    if rows is None or rows > settings.pending_build_rows or settings.partition_fields(name):
-        return None
     if not exists:
         _shape(cfg, base, None, None, changes, name, unchanged=True)
     if pending is None:
@@ -290,8 +294,8 @@ def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: 
         return None
     first = built_rows(canonical.coalesce(1), keys, deletes_know_values=False, spread=[])
     first = first.where("NOT _is_deleted") if settings.delete_mode == "hard" else first
-    return PendingAppend(name, number, checks, planned(aligned(first, fields)), iceberg_table(spark, base.ref), keys,
-                         metadata, created=True)
+    return PendingAppend(name, number, planned(check_rows(changes, keys, number)), planned(aligned(first, fields)),
+                         iceberg_table(spark, base.ref), keys, metadata, created=True)
 
 
 def apply_pending_together(spark: SparkSession, appends: list[PendingAppend], threads: int = 4

@@ -71,10 +71,12 @@ class MissingKeys(MirrorError):
 @dataclass(frozen=True)
 class Position:
     """Where a table's mirror stands: the changelog's current commit (`through`, None before its first), the
-    commit the mirror merged through (`merged`, its watermark), and the seconds the lookup took."""
+    commit the mirror merged through (`merged`, its watermark), whether it has a `pending` table, and the
+    seconds the lookup took."""
 
     through: int | None
     merged: int | None
+    pending: bool
     seconds: float
 
 
@@ -182,7 +184,7 @@ class MirrorStage:
             merged = watermark(lake_table(self.cfg, self.spark, self.settings.namespace, name),
                                IcebergLakeTable(self.spark, name, self.settings.pending_namespace, self.cfg)
                                if name in pending else None)
-            return Position(through, merged, time.perf_counter() - started)
+            return Position(through, merged, name in pending, time.perf_counter() - started)
 
         return dict(zip(names, self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup"),
                         strict=True))
@@ -209,10 +211,11 @@ class MirrorStage:
             if through is None or not keys:
                 return None
             after = at.merged if at is not None else None
+            appending = at is not None and at.pending and after is not None
             rows = source.records(through) if isinstance(source, IcebergLakeTable) and after is None else None
             try:
                 return pending_append(self.cfg, spark, name, numbers[name], source.read_appended(after, through),
-                                      keys, {WATERMARK: str(through)}, rows)
+                                      keys, {WATERMARK: str(through)}, appending=appending, rows=rows)
             except Exception as exc:  # noqa: BLE001 - a concurrent run created the mirror: it goes alone, retried
                 if not any(marker in str(exc) for marker in CONFLICTS):
                     raise
