@@ -267,35 +267,33 @@ def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: 
         return None
     if any(k not in source.columns for k in (*keys, CANONICAL_SEQUENCE)):
         return None
-    if appending:
-        table = iceberg_table(spark, quote(cfg.catalog.name, settings.pending_namespace, name))
-        fields = spark_schema(spark, table).fields
-        changes = prepared(_canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False,
-                                      None))
-        if not fits(changes.schema, StructType(fields)):
+    base = lake_table(cfg, spark, settings.namespace, name)
+    if not appending:
+        if rows is None or rows > settings.pending_build_rows or settings.partition_fields(name):
             return None
-        return PendingAppend(name, number, planned(check_rows(changes, keys, number)),
-                             planned(aligned(changes, fields)), table, keys, metadata, created=False)
-    if rows is None or rows > settings.pending_build_rows or settings.partition_fields(name):
-        return None
-    base, pending = lake_table(cfg, spark, settings.namespace, name), pending_table(cfg, spark, name)
-    assert isinstance(base, IcebergLakeTable)
-    exists = base.exists()
-    if exists and (pending is None or not is_first_build(base, pending)):
-        return None  # built already (its watermark lost), or of the merge layout: alone (`_apply`)
+        pending = pending_table(cfg, spark, name)
+        assert isinstance(base, IcebergLakeTable)
+        exists = base.exists()
+        if exists and (pending is None or not is_first_build(base, pending)):
+            return None  # built already (its watermark lost), or of the merge layout: alone (`_apply`)
     canonical = _canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False, None)
     changes = prepared(canonical)
-    if not exists:
-        _shape(cfg, base, None, None, changes, name, unchanged=True)
-    if pending is None:
-        create_pending(cfg, spark, base, changes)
-    fields = base.fields()
+    if appending:
+        table = iceberg_table(spark, quote(cfg.catalog.name, settings.pending_namespace, name))
+        written = changes
+    else:
+        if not exists:
+            _shape(cfg, base, None, None, changes, name, unchanged=True)
+        if pending is None:
+            create_pending(cfg, spark, base, changes)
+        table = iceberg_table(spark, base.ref)
+        written = built_rows(canonical.coalesce(1), keys, deletes_know_values=False, spread=[])
+        written = written.where("NOT _is_deleted") if settings.delete_mode == "hard" else written
+    fields = spark_schema(spark, table).fields
     if not fits(changes.schema, StructType(fields)):
         return None
-    first = built_rows(canonical.coalesce(1), keys, deletes_know_values=False, spread=[])
-    first = first.where("NOT _is_deleted") if settings.delete_mode == "hard" else first
-    return PendingAppend(name, number, planned(check_rows(changes, keys, number)), planned(aligned(first, fields)),
-                         iceberg_table(spark, base.ref), keys, metadata, created=True)
+    return PendingAppend(name, number, planned(check_rows(changes, keys, number)), planned(aligned(written, fields)),
+                         table, keys, metadata, created=not appending)
 
 
 def apply_pending_together(spark: SparkSession, appends: list[PendingAppend], threads: int = 4

@@ -194,7 +194,7 @@ class MirrorStage:
         """The tables of `names` whose new changes only append to their mirror's pending table (an Iceberg mirror
         in the pending layout, SCD type 1, built already or small: `pending_append`), merged together: each
         table's reading and planning in a thread, then one Spark job checking all their changes and one writing
-        them, each pending table committed with its watermark (`apply_pending_together`), then the views of the
+        them, each table committed with its watermark (`apply_pending_together`), then the views of the
         mirrors created. A batch of a whole database is mostly tables with a few changes each, and a job, a plan
         and a commit a table cost far more than their rows. Returns the reports of the tables merged, and the
         error of each whose changes failed a check; the others (a large first build, new columns, a truncate)
