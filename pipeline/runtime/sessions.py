@@ -41,8 +41,11 @@ class SessionPool:
         workers = min(workers, len(items))
         if workers <= 1:
             return [work(item) for item in items]
+        target = inheritable_thread_target(self.root)(self._borrowing(work))
         with ThreadPoolExecutor(workers, thread_name_prefix=name) as pool:
-            return list(pool.map(inheritable_thread_target(self.root)(self._borrowing(work)), items))
+            futures = [pool.submit(target, item) for item in items]
+        # Every future is done here; `Executor.map` would instead cancel the items not yet started at the first failure.
+        return [future.result() for future in futures]
 
     def _borrowing(self, work: Callable[[T], R]) -> Callable[[T], R]:
         def borrowed(item: T) -> R:

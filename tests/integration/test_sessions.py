@@ -39,7 +39,7 @@ def test_a_failing_item_stops_none_of_the_others_and_is_raised(spark) -> None:
         return item
 
     with pytest.raises(ValueError, match="bad failed"):
-        pool.map(work, ["a", "bad", "c", "d"], workers=2, name="test")
+        pool.map(work, ["bad", "a", "c", "d"], workers=2, name="test")
     assert sorted(done) == ["a", "c", "d"]
     assert pool.map(work, ["e"], workers=2, name="test") == ["e"]  # one item: in the calling thread
 
