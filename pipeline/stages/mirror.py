@@ -223,6 +223,8 @@ class MirrorStage:
 
         planned = [part for part in self._sessions.map(plan, names, self.settings.concurrent_lookups, "mirror-plan")
                    if part is not None]
+        log.info("mirror.together_planned", tables=len(planned), of=len(names),
+                 seconds=round(time.perf_counter() - started, 2))  # the check, the write and the commits follow
         results = apply_pending_together(spark, planned, self.settings.concurrent_lookups)
         failed = {part.name: MirrorError(str(result)) for part, result in zip(planned, results, strict=True)
                   if isinstance(result, ChangeError)}

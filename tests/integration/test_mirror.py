@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import pytest
 
@@ -386,9 +386,11 @@ KILLED_SCD_TYPES = {"artists": 1, "artworks": 2, "employee": 1, "orders": 2}
 
 
 def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(landed, spark) -> None:
-    """For the SCD2 tables `verify` compares every version of every key with the truth's (duplicates, reordered
-    deliveries, TOAST placeholders, truncates and the schema change are in the landed changelog); the SCD1 tables
-    hold one row per key."""
+    """Killed twice, inside the merge of the SCD1 tables together (`merge_together`: one write job, then a commit
+    a table) and then while the SCD2 tables are merged one by one, then run to the end. For the SCD2 tables
+    `verify` compares every version of every key with the truth's (duplicates, reordered deliveries, TOAST
+    placeholders, truncates and the schema change are in the landed changelog); the SCD1 tables hold one row per
+    key."""
     cfg, source, truth = landed
     scd_types = {f"{source.prefix}_{name}": scd_type for name, scd_type in KILLED_SCD_TYPES.items()}
     cfg = _own_mirrors(cfg, "k", scd_type=scd_types)
@@ -397,17 +399,27 @@ def test_kill_9_during_a_merge_then_rerun_yields_the_same_table(landed, spark) -
     command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in PROCESS_SETTINGS],
                *keys, f"--set=mirror.tables={','.join(source.tables())}", f"--set=mirror.namespace={cfg.mirror.namespace}",
                "mirror"]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert process.stdout is not None
-    for line in process.stdout:  # kill it once one table is merged and the others are being merged
-        first = next((t for t in source.tables() if '"mirror.table"' in line and f"{t}:" in line), None)
-        if first is not None:
-            break
-    else:
-        pytest.fail("the mirror process ended before merging a table")
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
+
+    def killed_at(point: str, seen: Callable[[str], bool]) -> str:
+        """The line of the mirror process's log at which it was SIGKILLed: the first that `seen`."""
+        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert process.stdout is not None
+        for line in process.stdout:
+            if seen(line):
+                break
+        else:
+            pytest.fail(f"the mirror process ended before {point}")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        return line
+
+    # Inside the SCD1 tables' merge together: planned, their check, write and commits (one a table) to come.
+    killed_at("merging tables together", lambda line: '"mirror.together_planned"' in line)
+    # Rerun, and killed again once one table is merged and the others are being merged.
+    line = killed_at("merging a table", lambda line: '"mirror.table"' in line and any(
+        f"{t}:" in line for t in source.tables()))
+    first = next(t for t in source.tables() if f"{t}:" in line)
     merged = lake_table(cfg, spark, cfg.mirror.namespace, first)
     assert watermark(merged) is not None  # the table reported merged was committed before the kill
     MirrorStage(cfg, spark).run_once()
