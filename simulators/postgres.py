@@ -330,12 +330,13 @@ class Comparison:
 
 def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_table: str,
                    lake_name: str) -> Comparison:
-    """The mirror's live rows against `SELECT *`; a column of the wrong type is reported and left out of the
-    value comparison (its values could not be compared)."""
+    """The mirror's live rows (its state: in the pending layout its base and pending changes) against `SELECT *`;
+    a column of the wrong type is reported and left out of the value comparison (its values could not be
+    compared)."""
     from pipeline.ops.verify import compare
-    from tables.lake import lake_table
+    from tables.pending import mirror_state
 
-    mirror = lake_table(cfg, spark, cfg.mirror.namespace, lake_name).read().where("NOT _is_deleted")
+    mirror = mirror_state(cfg, spark, lake_name).where("NOT _is_deleted")
     lake_types = {f.name: f.dataType.simpleString() for f in mirror.schema.fields}
     wrong = [f"{c.name}: lake {lake_types.get(c.name, 'missing')}, expected {c.lake_type} (source {c.pg_type})"
              for c in source_columns(psql, source_table) if lake_types.get(c.name) != c.lake_type]
