@@ -264,11 +264,13 @@ def nullable(schema: StructType) -> StructType:
 
 
 def _loaded(spark: SparkSession, ref: str):  # type: ignore[no-untyped-def]  # an org.apache.iceberg.Table or None
-    """`iceberg_table`, or None when there is no such table: two catalog lookups where the snapshot walk and the
-    table's schema (`spark.table`) made it three, a table and batch. Whether the table exists is asked first: a
-    missing table's exception, converted by PySpark over py4j, took 144 ms against 27 ms for the question
-    (bench/database.py, loaded machine)."""
-    return iceberg_table(spark, ref) if spark.catalog.tableExists(ref) else None
+    """An Iceberg table through Iceberg's Java API, or None when there is no such table: one catalog load
+    (`ManyTables.loaded`), current since the pipeline's catalogs cache no table. Asked from Python, a missing
+    table's exception, converted by PySpark over py4j, took 144 ms against 27 ms for asking whether it exists,
+    which is itself a load (bench/database.py, loaded machine)."""
+    from tables.lake import java_class  # tables.lake imports this module
+
+    return java_class(spark, "cdc.spark.ManyTables").loaded(spark._jsparkSession, ref)  # type: ignore[attr-defined]
 
 
 def spark_schema(spark: SparkSession, metadata) -> StructType:  # type: ignore[no-untyped-def]

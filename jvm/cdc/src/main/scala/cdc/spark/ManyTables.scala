@@ -11,6 +11,7 @@ import org.apache.iceberg.spark.Spark3Util
 import org.apache.iceberg.spark.source.SerializableTableWithSize
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.classic.{Dataset, SparkSession}
 import org.apache.spark.sql.connector.catalog.TableCatalog
@@ -47,6 +48,12 @@ object ManyTables {
       DataType.fromJson(schemaJson).asInstanceOf[StructType], partitioning, owned)
     Spark3Util.loadIcebergTable(spark, name)
   }
+
+  /** Iceberg table `name` (`catalog.namespace.table`), or null when there is none: one catalog load, where asking
+   *  whether it exists first loads it twice, and a missing table's exception would cross py4j. */
+  def loaded(spark: SparkSession, name: String): Table =
+    try Spark3Util.loadIcebergTable(spark, name)
+    catch { case _: NoSuchTableException | _: NoSuchNamespaceException => null }
 
   /** Whether `append` writes this table's partitions: none, or the day of one top-level timestamp column. */
   def writable(table: Table): Boolean = TableFiles.writable(table)
