@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from cdc.build import built as built_rows
 from cdc.columns import is_pipeline_column, source_columns
 from cdc.merge import TRUNCATE, UNCHANGED, is_truncate, latest_per_key, merge_clauses, prepared, truncated, truncates
 from cdc.scd2 import VERSION_COLUMNS, is_history, truncates_as_deletes
@@ -26,7 +25,7 @@ from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfi
 from tables.history import append_versions, with_versions, write_versions
 from tables.append import append_together, fits, iceberg_table, planned, spark_schema, union_planned
 from tables.first_build import first_build, is_first_build
-from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf
+from tables.lake import IcebergLakeTable, LakeTable, java_class, lake_table, merge_join_conf, session_conf
 from tables.names import quote, sql_string
 from tables.pending import aligned, append_pending, create_pending, fold, mirror_state, pending_table, with_unchanged
 
@@ -232,20 +231,24 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
 
 @dataclass(frozen=True)
 class PendingAppend:
-    """One mirror's changes, ready for `apply_pending_together`, both frames planned: `checks`, what the checks
-    read of them (`check_rows`, the table's `number` in the run), and `rows`, what is written to `table` (the
-    Iceberg Java table), in its columns: the changes, for the pending table; or a new mirror's `built` rows, for
-    its base (`created`: its views are then made, and the commit is guarded against another run's first build).
+    """One mirror's changes, ready for `apply_pending_together`, planned: what is written to `table` (the Iceberg
+    Java table), `rows`, and either what the checks read of them (`checks`, `check_rows`, the table's `number` in
+    the run) or the `build` that checks and resolves them as it writes them.
+    - Changes appended to the pending table: `rows` are the changes in its columns; `checks` are checked first.
+    - A new mirror's first build (`created`: its views are then made, and the commit is guarded against another
+      run's first build): `rows` are its changes, which the write's task resolves to the base's rows and checks
+      (`build`, a py4j `cdc.spark.FirstBuild`: `cdc/build.py`'s rules, with no Spark plan of its own).
     Its `keys`, and the commit's `metadata`."""
 
     name: str
     number: int
-    checks: DataFrame
+    checks: DataFrame | None
     rows: DataFrame
     table: Any  # a py4j org.apache.iceberg.Table
     keys: list[str]
     metadata: dict[str, str]
     created: bool
+    build: Any = None  # a py4j cdc.spark.FirstBuild, for a first build
 
 
 def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: int, source: DataFrame,
@@ -257,7 +260,8 @@ def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: 
       changes are appended to the pending table, whose schema is all that is looked up.
     - Else a new unpartitioned mirror (none yet, or one with no rows and no pending changes) of at most
       `mirror.pending_build_rows` changelog rows (`rows`, when known) is created empty, with its pending table,
-      and its first build's rows (`cdc/build.py`, in one task: the rows are few) are what is written, to its base.
+      and its first build is what is written, to its base: its changes resolved by the one task that reads them
+      all (`cdc.spark.FirstBuild`; the rows are few).
     None when the mirror needs more, which `apply_changes` then does alone: it is not in the pending layout, or
     SCD2, or another kind of mirror, or the changes lack a key column, add columns, or change a column's type."""
     from pyspark.sql.types import StructType
@@ -276,40 +280,47 @@ def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: 
         exists = base.exists()
         if exists and (pending is None or not is_first_build(base, pending)):
             return None  # built already (its watermark lost), or of the merge layout: alone (`_apply`)
-    canonical = _canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False, None)
-    changes = prepared(canonical)
+    changes = prepared(_canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False,
+                                  None))
     if appending:
         table = iceberg_table(spark, quote(cfg.catalog.name, settings.pending_namespace, name))
-        written = changes
     else:
         if not exists:
             _shape(cfg, base, None, None, changes, name, unchanged=True)
         if pending is None:
             create_pending(cfg, spark, base, changes)
         table = iceberg_table(spark, base.ref)
-        written = built_rows(canonical.coalesce(1), keys, deletes_know_values=False, spread=[])
-        written = written.where("NOT _is_deleted") if settings.delete_mode == "hard" else written
     fields = spark_schema(spark, table).fields
     if not fits(changes.schema, StructType(fields)):
         return None
-    return PendingAppend(name, number, planned(check_rows(changes, keys, number)), planned(aligned(written, fields)),
-                         table, keys, metadata, created=not appending)
+    if appending:
+        return PendingAppend(name, number, planned(check_rows(changes, keys, number)),
+                             planned(aligned(changes, fields)), table, keys, metadata, created=False)
+    build = java_class(spark, "cdc.spark.FirstBuild")(changes._jdf.schema(), table, keys,
+                                                       settings.delete_mode == "hard")
+    return PendingAppend(name, number, None, planned(changes), table, keys, metadata, created=True, build=build)
 
 
 def apply_pending_together(spark: SparkSession, appends: list[PendingAppend], threads: int = 4
                            ) -> list[Applied | ChangeError | None]:
     """What `apply_changes` does to each of `appends`' mirrors, in two Spark jobs in all instead of two or three a
-    table: the checks of every table's changes in one aggregation over their union (`cdc/validate.py`), then
-    the writes of those that pass in one job, each table committed with its metadata (`tables/append.py`,
-    `append_together`). Each table's `Applied`, or the `ChangeError` its changes failed with (nothing of it is
-    written), or None for what `apply_changes` must apply alone: changes with a truncate, which reads the mirror's
-    rows, and a first build another run committed first."""
+    table: the checks of the appended changes in one aggregation over their union (`cdc/validate.py`), then the
+    writes of those that pass and of the first builds (checked as they are resolved) in one job, each table
+    committed with its metadata (`tables/append.py`, `append_together`). Each table's `Applied`, or the
+    `ChangeError` its appended changes failed with (nothing of it is written), or None for what `apply_changes`
+    must apply alone: changes with a truncate, which reads the mirror's rows, a first build whose changes fail a
+    check (alone, it names them), and a first build another run committed first."""
     if not appends:
         return []
-    totals = change_totals(union_planned(spark, [part.checks for part in appends])).collect()
+    checked_parts = [part for part in appends if part.checks is not None]
+    totals = (change_totals(union_planned(spark, [part.checks for part in checked_parts])).collect()
+              if checked_parts else [])
     found = {row[CHECKED_TABLE]: row.asDict() for row in totals}
     results: list[Applied | ChangeError | None] = []
     for part in appends:
+        if part.build is not None:  # checked by the write; its counts are the build's outcome
+            results.append(Applied(0, 0, reshaped=True))
+            continue
         try:
             checks = checked(part.name, found.get(part.number, {}), part.keys)
         except ChangeError as exc:
@@ -319,10 +330,14 @@ def apply_pending_together(spark: SparkSession, appends: list[PendingAppend], th
     ready = [i for i, result in enumerate(results) if isinstance(result, Applied)]
     written = append_together(spark, [appends[i].rows for i in ready], [appends[i].table for i in ready],
                               [appends[i].metadata for i in ready], threads,
-                              guarded=[appends[i].created for i in ready])
+                              guarded=[appends[i].created for i in ready],
+                              builds=[appends[i].build for i in ready])
     for i, rows in zip(ready, written, strict=True):
         if rows < 0:
             results[i] = None
+        elif appends[i].build is not None:
+            outcome = appends[i].build.outcome()
+            results[i] = Applied(outcome.changes(), outcome.keys(), reshaped=True)
     return results
 
 

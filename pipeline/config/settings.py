@@ -422,7 +422,7 @@ class MirrorSettings(_Section):
                                    description="namespace of the pending tables of the pending layout")
     pending_build_rows: int = Field(
         100_000, ge=0, description="pending layout: a new unpartitioned mirror of at most this many changelog rows "
-        "is built in one job with the run's other tables (checked in another); a larger or partitioned one by a "
+        "is built in one job with the run's other tables (by the task that writes it); a larger or partitioned one by a "
         "pass of its own (0: every new mirror)")
     scd_type: dict[str, int] = Field(default_factory=dict, description="table -> 1 (current state, the default) or "
                                      "2 (one row per version, docs/mirror.md)")

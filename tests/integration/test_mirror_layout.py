@@ -249,6 +249,51 @@ def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfi
     assert mirror_state(cfg, spark, widening).where("extra IS NOT NULL").count() > 0
 
 
+@pytest.mark.parametrize("delete_mode", ["soft", "hard"])
+def test_a_small_first_build_resolved_by_its_writing_task_equals_the_window_build(delete_mode: str,
+                                                                                   cfg: PipelineConfig, spark) -> None:
+    """New small mirrors built together, each resolved by the task that writes it (`cdc.spark.FirstBuild`), hold
+    exactly the rows of the window build a large one gets (`cdc/build.py`) and of the model: late and
+    twice-delivered changes, TOAST placeholders with and without an earlier value, deletes of keys never seen,
+    resurrections. A first build whose changes hold a truncate or a tie is left to be built alone: the truncate
+    is applied there, the tie named, and nothing of it committed."""
+    cfg, names, appender = _setup_tables(cfg, spark, 5, delete_mode=delete_mode, partition_by={})
+    first, second, windowed, truncating, tied = names
+    landed = {name: [c for batch in _random_batches(seed=5 + (name == second), keys=30, batches=3, per_batch=40)
+                     for c in batch] for name in names}
+    for name in names:  # a delete of a key never seen, and a placeholder no earlier change fills
+        landed[name] += [_change(1000, 300, "d", {"name": None, "city": None, "notes": None}),
+                         _change(1001, 301, "u", {"name": "n", "city": "C", "notes": "__debezium_unavailable_value"},
+                                 ("notes",))]
+    landed[truncating] += [_change(None, 70, "t", {"name": None, "city": None, "notes": None}, offset=10**7),
+                           _change(3, 200, "c", {"name": "after", "city": "B", "notes": "y"})]
+    landed[tied] += [_change(1, 10**6, "u", {"name": name, "city": "A", "notes": "x"}) for name in ("a", "b")]
+    for name in names:
+        _land(spark, appender, name, landed[name], 0)
+
+    reports = {r.table: r for r in MirrorStage(cfg, spark).run_once([first, second, truncating])}
+    assert (reports[first].together, reports[second].together, reports[truncating].together) == (2, 2, 1)
+    window = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"pending_build_rows": 0})})
+    assert MirrorStage(window, spark).run_once([windowed])[0].together == 1
+    for name in (first, second, windowed, truncating):
+        expected = _model(landed[name], delete_mode)
+        assert _state(lake_table(cfg, spark, cfg.mirror.namespace, name).read()) == expected, name
+        assert reports.get(name) is None or reports[name].merged == len({c["id"] for c in landed[name]} - {None})
+    assert reports[first].changes == len(landed[first])
+
+    def base(name: str) -> list[dict]:  # every column but the run's time, `_unchanged` included
+        rows = lake_table(cfg, spark, cfg.mirror.namespace, name).read().drop("_merged_at").collect()
+        return sorted((row.asDict(recursive=True) for row in rows), key=lambda row: row["id"])
+
+    assert base(first) == base(windowed)
+    assert any(row["_unchanged"] for row in base(first))  # a placeholder no earlier change knew
+
+    with pytest.raises(MirrorError, match=f"{tied}: 1 key\\(s\\) have different changes with the same _seq"):
+        MirrorStage(cfg, spark).run_once([tied])
+    assert watermark(lake_table(cfg, spark, cfg.mirror.namespace, tied), pending_table(cfg, spark, tied)) is None
+    assert lake_table(cfg, spark, cfg.mirror.namespace, tied).read().isEmpty()
+
+
 def test_switching_back_to_the_merge_layout_folds_the_pending_changes_first(cfg: PipelineConfig, spark) -> None:
     cfg, name, appender = _setup(cfg, spark)
     batches = _random_batches(seed=3, keys=20, batches=3, per_batch=30)

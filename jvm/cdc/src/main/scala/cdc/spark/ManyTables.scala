@@ -62,27 +62,43 @@ object ManyTables {
    *  once (`threads` at a time) with its snapshot properties (`snapshots`, one map a table), and completes the
    *  frames' observations (`Dataset.observe`) as a write of each would have. A table `guarded` takes its rows only
    *  if no other commit added data to it since the snapshot it was loaded at (a first build: two runs must not
-   *  both write one). Returns the rows written to each table, -1 for a guarded table that another commit wrote
-   *  first (nothing of this write is in it). */
+   *  both write one). A frame with a `builds` entry (null: none) holds a new mirror's changes, which one task
+   *  resolves to the rows written (`FirstBuild`, whose `outcome` this sets); a build left alone is not committed.
+   *  Returns the rows written to each table, -1 for a guarded table that another commit wrote first (nothing of
+   *  this write is in it), -2 for a build left alone. */
   def append(frames: java.util.List[Dataset[Row]], tables: java.util.List[Table],
              stamps: java.util.Map[String, java.lang.Number],
              snapshots: java.util.List[java.util.Map[String, String]], guarded: java.util.List[java.lang.Boolean],
-             tasks: Int, threads: Int): Array[Long] = {
+             builds: java.util.List[FirstBuild], tasks: Int, threads: Int): Array[Long] = {
     require(frames.size == tables.size && tables.size == snapshots.size && tables.size == guarded.size &&
-            !frames.isEmpty, "one table, one map of snapshot properties and one guard a frame, at least one")
+            tables.size == builds.size && !frames.isEmpty,
+            "one table, one map of snapshot properties, one guard and one build (or null) a frame, at least one")
     val spark = frames.get(0).sparkSession
     val context = spark.sparkContext
     val shipped = context.broadcast(tables.asScala.map(SerializableTableWithSize.copyOf).toArray)
     val parts = frames.asScala.toSeq.zipWithIndex.map { case (frame, i) =>
-      val stamped = stampsOf(frame.schema, stamps)
-      frame.queryExecution.toRdd.mapPartitionsWithIndex((part, rows) =>
-        Iterator(i -> write(new TableFiles(shipped.value(i), part), rows, stamped)))
+      val stamped = stampsOf(Option(builds.get(i)).fold(frame.schema)(_.schema), stamps)
+      Option(builds.get(i)) match {
+        case None => frame.queryExecution.toRdd.mapPartitionsWithIndex((part, rows) =>
+          Iterator((i, write(new TableFiles(shipped.value(i), part), rows, stamped), Option.empty[FirstBuild.Outcome])))
+        case Some(build) => frame.queryExecution.toRdd.coalesce(1).mapPartitionsWithIndex { (part, rows) =>
+          val (outcome, resolved) = build.resolve(rows)
+          Iterator((i, write(new TableFiles(shipped.value(i), part), resolved, stamped), Option(outcome)))
+        }
+      }
     }
     val union = context.union(parts)
     val written = try union.coalesce(math.max(1, math.min(tasks, union.getNumPartitions))).collect()
                   finally shipped.destroy()
-    val rows = commit(tables.asScala.toSeq, written.groupMap(_._1)(_._2).view.mapValues(_.flatten.toSeq).toMap,
-                      snapshots.asScala.toSeq, threads, guarded.asScala.map(_.booleanValue).toSeq)
+    val outcomes = written.collect { case (i, _, Some(outcome)) => i -> outcome }.toMap
+    outcomes.foreach { case (i, outcome) => builds.get(i).outcome = outcome }
+    val alone = outcomes.collect { case (i, outcome) if outcome.alone => i }.toSet
+    val files = written.filterNot(part => alone(part._1)).groupMap(_._1)(_._2).view.mapValues(_.flatten.toSeq).toMap
+    val kept = tables.asScala.indices.filterNot(alone)
+    val committed = commit(kept.map(tables.get), kept.indices.flatMap(k => files.get(kept(k)).map(k -> _)).toMap,
+                           kept.map(snapshots.get), threads, kept.map(guarded.get(_).booleanValue))
+    val rows = Array.fill(tables.size)(-2L)
+    kept.zip(committed).foreach { case (i, count) => rows(i) = count }
     frames.asScala.zip(tables.asScala).foreach { case (frame, table) =>
       SQLExecution.withNewExecutionId(frame.queryExecution, Some(s"append to ${table.name}"))(())
     }
