@@ -14,7 +14,7 @@ change knew listed in `_unchanged`; a truncate deletes the keys whose change is 
 The checks are those of `check_changes`, raised from the pass itself (`raise_error`), so a failing check fails
 the write's job and nothing is committed; the caller then runs `check_changes` for its message and counts.
 A small new mirror built with others (`apply_pending_together`) is resolved by the same rules in plain JVM code
-(jvm/cdc `FirstBuild`), since planning this window costs more than its rows; a test holds the two to the same rows.
+(jvm/cdc `MirrorRows`), since planning this window costs more than its rows; a test holds the two to the same rows.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ def check_columns(table: str, columns: list[str], keys: list[str], sequence_by: 
             "changes spell them")
 
 
-CHECKED_TABLE = "_table"  # `check_rows`' column naming the table a change belongs to, for `change_totals`
 _TIMES = ("map('timestampFormat', \"yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX\", "  # to_json's options: whole microseconds
           "'timestampNTZFormat', \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS\")")
 
@@ -61,36 +60,34 @@ def check_changes(table: str, changes: DataFrame, keys: list[str], sequence_by: 
     return checked(table, found.asDict() if found is not None else {}, keys, sequence_by, history)
 
 
-def check_rows(changes: DataFrame, keys: list[str], table: int = 0) -> DataFrame:
-    """What the checks read of each change, in one shape whatever the table: its table (`table`, a number the
-    caller gives), its key and `_seq` as JSON text (timestamps to the microsecond), a hash of its content, and
-    whether its key, `_seq` or source time is null. So the changes of many tables are checked by one aggregation
-    over their union (`change_totals`)."""
+def check_rows(changes: DataFrame, keys: list[str]) -> DataFrame:
+    """What the checks read of each change: its key and `_seq` as JSON text (timestamps to the microsecond), a
+    hash of its content, and whether its key, `_seq` or source time is null."""
     null_key = " OR ".join(f"{quote(k)} IS NULL" for k in keys)
     content = "hash(" + ", ".join(quote(c) for c in changes.columns
                                   if not is_pipeline_column(c) or c in ("_op", "_is_deleted")) + ")"
     truncate = f"_op = {sql_string(TRUNCATE)}"
     return changes.selectExpr(
-        f"{int(table)} AS {CHECKED_TABLE}", f"to_json(struct({', '.join(map(quote, keys))}), {_TIMES}) AS key",
+        f"to_json(struct({', '.join(map(quote, keys))}), {_TIMES}) AS key",
         f"to_json(_seq, {_TIMES}) AS seq", f"{content} AS content", f"({null_key}) AND NOT {truncate} AS null_key",
         f"coalesce({truncate}, false) AS truncate", f"NOT ({null_key}) AS keyed",
         "_seq.source_major IS NULL AS null_seq", "_source_ts IS NULL AS null_time")
 
 
 def change_totals(rows: DataFrame) -> DataFrame:
-    """Per table of `check_rows`' `rows`, the totals `checked` reads: one aggregation by table and key, then by
-    table. A key's changes at one `_seq` differ when it has more distinct (`_seq`, content) pairs than distinct
-    `_seq`s; the example of such a tie is worked out only for a key that has one."""
+    """The totals `checked` reads of `check_rows`' `rows`: one aggregation by key, then one over the keys. A key's
+    changes at one `_seq` differ when it has more distinct (`_seq`, content) pairs than distinct `_seq`s; the
+    example of such a tie is worked out only for a key that has one."""
     from pyspark.sql import functions as F
 
     pairs = "collect_set(struct(seq, content))"
-    per_key = rows.groupBy(CHECKED_TABLE, "key").agg(*[F.expr(e) for e in (
+    per_key = rows.groupBy("key").agg(*[F.expr(e) for e in (
         "count(1) AS rows", f"size({pairs}) - size(collect_set(seq)) AS ties",
         f"CASE WHEN size({pairs}) > size(collect_set(seq)) "  # the pairs of the tied `_seq`s, for the message
         f"THEN filter({pairs}, p -> size(filter({pairs}, q -> q.seq <=> p.seq)) > 1) END AS tied",
         "bool_or(keyed) AS keyed", "count_if(null_key) AS null_keys", "count_if(truncate) AS truncates",
         "count_if(null_seq) AS null_seqs", "count_if(null_time) AS null_times")])
-    return per_key.groupBy(CHECKED_TABLE).agg(*[F.expr(e) for e in (
+    return per_key.agg(*[F.expr(e) for e in (
         "count_if(keyed) AS keys", "sum(rows) AS changes", "sum(null_keys) AS null_keys",
         "sum(truncates) AS truncates", "sum(null_seqs) AS null_seqs", "sum(null_times) AS null_times",
         "count_if(ties > 0) AS ties",

@@ -208,15 +208,15 @@ class ManyTablesAppender:
 
 def append_together(spark: SparkSession, frames: Sequence[DataFrame], tables: Sequence[Any],
                     snapshots: Sequence[Mapping[str, str]], threads: int = 4, stamps: Mapping[str, int] | None = None,
-                    guarded: Sequence[bool] | None = None, builds: Sequence[Any] | None = None) -> list[int]:
+                    guarded: Sequence[bool] | None = None, mirrors: Sequence[Any] | None = None) -> list[int]:
     """Each frame's rows appended to its Iceberg table (`tables`: py4j `org.apache.iceberg.Table`s, each
     `ManyTables.writable`; the frames in their table's column order and types, `fits`) in one Spark job of
     `TASKS_PER_CORE` tasks a core, then each table committed with its snapshot properties (`snapshots`), `threads`
     at a time; `stamps` (column -> a long: micros for a time) fill placeholders. A `guarded` table takes the rows
-    only if no other commit added data to it since the snapshot it was loaded at. A frame with a `builds` entry (a
-    py4j `cdc.spark.FirstBuild`; None: none) holds a new mirror's changes, which the job resolves to its rows. The
-    rows each table gained, -1 for a guarded table another commit wrote first, -2 for a build left alone
-    (`FirstBuild.outcome`)."""
+    only if no other commit added data to it since the snapshot it was loaded at. A frame with a `mirrors` entry (a
+    py4j `cdc.spark.MirrorRows`; None: none) holds a mirror's changelog rows, which its task makes into the rows
+    written. The rows each table gained, -1 for a guarded table another commit wrote first, -2 for a table a
+    `MirrorRows` left to be merged alone (`MirrorRows.outcome`)."""
     from tables.lake import java_class  # tables.lake imports this module
 
     if not frames:
@@ -224,18 +224,7 @@ def append_together(spark: SparkSession, frames: Sequence[DataFrame], tables: Se
     tasks = TASKS_PER_CORE * spark.sparkContext.defaultParallelism
     return list(java_class(spark, "cdc.spark.ManyTables").append(
         [frame._jdf for frame in frames], list(tables), dict(stamps or {}), [dict(s) for s in snapshots],
-        list(guarded or [False] * len(frames)), list(builds or [None] * len(frames)), tasks, threads))
-
-
-def union_planned(spark: SparkSession, frames: Sequence[DataFrame]) -> DataFrame:
-    """The rows of `frames` (one schema) in one frame, over the union of their plans (`ManyTables.union`): planned
-    once each, by the threads that `planned` them, where a union of frames would analyse and plan them all again
-    in one thread."""
-    from pyspark.sql import DataFrame
-
-    from tables.lake import java_class  # tables.lake imports this module
-
-    return DataFrame(java_class(spark, "cdc.spark.ManyTables").union([frame._jdf for frame in frames]), spark)
+        list(guarded or [False] * len(frames)), list(mirrors or [None] * len(frames)), tasks, threads))
 
 
 def planned(frame: DataFrame) -> DataFrame:

@@ -260,11 +260,18 @@ class IcebergLakeTable:
         current = self._current_snapshot()
         return current is None or current.summary().get("total-records") == "0"
 
-    def records(self, commit: int) -> int | None:
-        """The rows the table held at `commit`, from its snapshot's summary (None when the summary has no totals)."""
-        found = self._metadata().snapshot(commit)
-        total = found.summary().get("total-records") if found is not None else None
-        return int(total) if total is not None else None
+    def records_added(self, after: int | None, through: int) -> int | None:
+        """The rows the table gained after commit `after` (None: its first) through commit `through`, from their
+        snapshots' summaries; None when one of them is gone (expired) or has no totals."""
+        metadata = self._metadata()
+
+        def total(commit: int) -> int | None:
+            found = metadata.snapshot(commit)
+            held = found.summary().get("total-records") if found is not None else None
+            return int(held) if held is not None else None
+
+        now, before = total(through), (total(after) if after is not None else 0)
+        return now - before if now is not None and before is not None else None
 
     def merge(self, source: DataFrame, clauses: MergeClauses, metadata: dict[str, str]) -> None:
         """`source` must be materialised (`localCheckpoint`): Spark 4.1 fails to plan a MERGE whose source

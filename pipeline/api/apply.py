@@ -11,19 +11,21 @@ Iceberg current-state table is built in one pass instead (`tables/first_build.py
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
 from cdc.columns import is_pipeline_column, source_columns
-from cdc.merge import TRUNCATE, UNCHANGED, is_truncate, latest_per_key, merge_clauses, prepared, truncated, truncates
+from cdc.merge import (CHANGELOG_ONLY, TOMBSTONE, TRUNCATE, UNCHANGED, is_truncate, latest_per_key, merge_clauses,
+                       prepared, truncated, truncates)
 from cdc.scd2 import VERSION_COLUMNS, is_history, truncates_as_deletes
-from cdc.validate import (CHECKED_TABLE, ChangeError, change_totals, check_changes, check_columns, check_key_types,
-                          check_rows, checked)
+from cdc.validate import ChangeError, check_changes, check_columns, check_key_types
 from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
 from tables.history import append_versions, with_versions, write_versions
-from tables.append import append_together, fits, iceberg_table, planned, spark_schema, union_planned
+from tables.append import append_together, fits, iceberg_table, planned, spark_schema
 from tables.first_build import first_build, is_first_build
 from tables.lake import IcebergLakeTable, LakeTable, java_class, lake_table, merge_join_conf, session_conf
 from tables.names import quote, sql_string
@@ -231,113 +233,87 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
 
 @dataclass(frozen=True)
 class PendingAppend:
-    """One mirror's changes, ready for `apply_pending_together`, planned: what is written to `table` (the Iceberg
-    Java table), `rows`, and either what the checks read of them (`checks`, `check_rows`, the table's `number` in
-    the run) or the `build` that checks and resolves them as it writes them.
-    - Changes appended to the pending table: `rows` are the changes in its columns; `checks` are checked first.
-    - A new mirror's first build (`created`: its views are then made, and the commit is guarded against another
-      run's first build): `rows` are its changes, which the write's task resolves to the base's rows and checks
-      (`build`, a py4j `cdc.spark.FirstBuild`: `cdc/build.py`'s rules, with no Spark plan of its own).
-    Its `keys`, and the commit's `metadata`."""
+    """One mirror's changes, ready for `apply_pending_together`: its changelog rows (`rows`, planned) and what the
+    task that reads them makes of them for `table` (the Iceberg Java table): `mirror`, a py4j
+    `cdc.spark.MirrorRows`, which checks them and gives either the changes, for the pending table, or a new
+    mirror's first build (`created`: its views are then made, and the commit is guarded against another run's
+    first build), for its base. Its `keys`, and the commit's `metadata`."""
 
     name: str
-    number: int
-    checks: DataFrame | None
     rows: DataFrame
     table: Any  # a py4j org.apache.iceberg.Table
+    mirror: Any  # a py4j cdc.spark.MirrorRows
     keys: list[str]
     metadata: dict[str, str]
     created: bool
-    build: Any = None  # a py4j cdc.spark.FirstBuild, for a first build
 
 
-def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, number: int, source: DataFrame,
-                   keys: list[str], metadata: dict[str, str], *, appending: bool, rows: int | None
-                   ) -> PendingAppend | None:
-    """Changelog rows `source` of mirror `name` planned as `apply_changes` applies them in the pending layout, with
-    the mirror stage's arguments (`_seq`, `_is_deleted`, the changelog's columns), without a job.
+def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, source: DataFrame, keys: list[str],
+                   metadata: dict[str, str], *, appending: bool, rows: int | None) -> PendingAppend | None:
+    """Changelog rows `source` of mirror `name` (`rows` of them, when known) planned as `apply_changes` applies them
+    in the pending layout with the mirror stage's arguments (`_seq`, `_is_deleted`, the changelog's columns),
+    without a job and without a Spark plan beyond `source`'s: the rows the task writes are made by
+    `cdc.spark.MirrorRows`, from `prepared`'s and `cdc/build.py`'s rules.
     - `appending`: the caller knows the mirror is built and has its pending table (its watermark is there): the
       changes are appended to the pending table, whose schema is all that is looked up.
-    - Else a new unpartitioned mirror (none yet, or one with no rows and no pending changes) of at most
-      `mirror.pending_build_rows` changelog rows (`rows`, when known) is created empty, with its pending table,
-      and its first build is what is written, to its base: its changes resolved by the one task that reads them
-      all (`cdc.spark.FirstBuild`; the rows are few).
-    None when the mirror needs more, which `apply_changes` then does alone: it is not in the pending layout, or
-    SCD2, or another kind of mirror, or the changes lack a key column, add columns, or change a column's type."""
+    - Else a new unpartitioned mirror (none yet, or one with no rows and no pending changes) is created empty,
+      with its pending table, and its first build is what is written, to its base.
+    None when the mirror needs more, which `apply_changes` then does alone: more than `mirror.pending_build_rows`
+    rows (or a number unknown), not the pending layout, SCD2, another kind of mirror, or changes that lack a key
+    column, add columns, or change a column's type."""
     from pyspark.sql.types import StructType
 
     settings = cfg.mirror
     if cfg.lake.format != "iceberg" or settings.layout != "pending" or settings.scd_type_of(name) == 2:
         return None
+    if rows is None or rows > settings.pending_build_rows:
+        return None
     if any(k not in source.columns for k in (*keys, CANONICAL_SEQUENCE)):
         return None
     base = lake_table(cfg, spark, settings.namespace, name)
     if not appending:
-        if rows is None or rows > settings.pending_build_rows or settings.partition_fields(name):
+        if settings.partition_fields(name):
             return None
         pending = pending_table(cfg, spark, name)
         assert isinstance(base, IcebergLakeTable)
         exists = base.exists()
         if exists and (pending is None or not is_first_build(base, pending)):
             return None  # built already (its watermark lost), or of the merge layout: alone (`_apply`)
-    changes = prepared(_canonical(name, source, keys, CANONICAL_SEQUENCE, "_is_deleted", None, None, None, False,
-                                  None))
+    made = java_class(spark, "cdc.spark.MirrorRows")
+    changes = StructType.fromJson(json.loads(made.prepared(source._jdf.schema(), list(CHANGELOG_ONLY)).json()))
     if appending:
         table = iceberg_table(spark, quote(cfg.catalog.name, settings.pending_namespace, name))
     else:
+        like = spark.createDataFrame([], changes)
         if not exists:
-            _shape(cfg, base, None, None, changes, name, unchanged=True)
+            _shape(cfg, base, None, None, like, name, unchanged=True)
         if pending is None:
-            create_pending(cfg, spark, base, changes)
+            create_pending(cfg, spark, base, like)
         table = iceberg_table(spark, base.ref)
-    fields = spark_schema(spark, table).fields
-    if not fits(changes.schema, StructType(fields)):
+    if not fits(changes, spark_schema(spark, table)):
         return None
-    if appending:
-        return PendingAppend(name, number, planned(check_rows(changes, keys, number)),
-                             planned(aligned(changes, fields)), table, keys, metadata, created=False)
-    build = java_class(spark, "cdc.spark.FirstBuild")(changes._jdf.schema(), table, keys,
-                                                       settings.delete_mode == "hard")
-    return PendingAppend(name, number, None, planned(changes), table, keys, metadata, created=True, build=build)
+    mirror = made(source._jdf.schema(), table, keys, not appending, settings.delete_mode == "hard",
+                  list(CHANGELOG_ONLY), list(TOMBSTONE), time.time_ns() // 1000)
+    return PendingAppend(name, planned(source), table, mirror, keys, metadata, created=not appending)
 
 
 def apply_pending_together(spark: SparkSession, appends: list[PendingAppend], threads: int = 4
-                           ) -> list[Applied | ChangeError | None]:
-    """What `apply_changes` does to each of `appends`' mirrors, in two Spark jobs in all instead of two or three a
-    table: the checks of the appended changes in one aggregation over their union (`cdc/validate.py`), then the
-    writes of those that pass and of the first builds (checked as they are resolved) in one job, each table
-    committed with its metadata (`tables/append.py`, `append_together`). Each table's `Applied`, or the
-    `ChangeError` its appended changes failed with (nothing of it is written), or None for what `apply_changes`
-    must apply alone: changes with a truncate, which reads the mirror's rows, a first build whose changes fail a
-    check (alone, it names them), and a first build another run committed first."""
+                           ) -> list[Applied | None]:
+    """What `apply_changes` does to each of `appends`' mirrors, in one Spark job in all instead of two or three a
+    table: each table's rows read, checked and made by one task (`MirrorRows`) and written
+    (`tables/append.py`, `append_together`), then each table committed with its metadata. Each table's
+    `Applied`, or None for what `apply_changes` must apply alone, where the check that fails names the
+    problem: changes that fail a check (nothing of them is written), changes with a truncate, which reads the
+    mirror's rows, and a first build another run committed first."""
     if not appends:
         return []
-    checked_parts = [part for part in appends if part.checks is not None]
-    totals = (change_totals(union_planned(spark, [part.checks for part in checked_parts])).collect()
-              if checked_parts else [])
-    found = {row[CHECKED_TABLE]: row.asDict() for row in totals}
-    results: list[Applied | ChangeError | None] = []
-    for part in appends:
-        if part.build is not None:  # checked by the write; its counts are the build's outcome
-            results.append(Applied(0, 0, reshaped=True))
-            continue
-        try:
-            checks = checked(part.name, found.get(part.number, {}), part.keys)
-        except ChangeError as exc:
-            results.append(exc)
-            continue
-        results.append(None if checks.truncates else Applied(checks.changes, checks.keys, reshaped=part.created))
-    ready = [i for i, result in enumerate(results) if isinstance(result, Applied)]
-    written = append_together(spark, [appends[i].rows for i in ready], [appends[i].table for i in ready],
-                              [appends[i].metadata for i in ready], threads,
-                              guarded=[appends[i].created for i in ready],
-                              builds=[appends[i].build for i in ready])
-    for i, rows in zip(ready, written, strict=True):
-        if rows < 0:
-            results[i] = None
-        elif appends[i].build is not None:
-            outcome = appends[i].build.outcome()
-            results[i] = Applied(outcome.changes(), outcome.keys(), reshaped=True)
+    written = append_together(spark, [part.rows for part in appends], [part.table for part in appends],
+                              [part.metadata for part in appends], threads,
+                              guarded=[part.created for part in appends], mirrors=[part.mirror for part in appends])
+    results: list[Applied | None] = []
+    for part, rows in zip(appends, written, strict=True):
+        outcome = part.mirror.outcome()
+        results.append(None if rows < 0 else Applied(outcome.changes(), outcome.keys(), reshaped=part.created))
     return results
 
 

@@ -421,9 +421,9 @@ class MirrorSettings(_Section):
     pending_namespace: str = Field("mirror_pending", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
                                    description="namespace of the pending tables of the pending layout")
     pending_build_rows: int = Field(
-        100_000, ge=0, description="pending layout: a new unpartitioned mirror of at most this many changelog rows "
-        "is built in one job with the run's other tables (by the task that writes it); a larger or partitioned one by a "
-        "pass of its own (0: every new mirror)")
+        100_000, ge=0, description="pending layout: a table's batch of at most this many changelog rows (changes to "
+        "append, or a new unpartitioned mirror's first build) is written in one job with the run's other tables, by "
+        "the task that reads it; a larger one, or a partitioned mirror's first build, by a pass of its own (0: every table alone)")
     scd_type: dict[str, int] = Field(default_factory=dict, description="table -> 1 (current state, the default) or "
                                      "2 (one row per version, docs/mirror.md)")
     track_history_columns: dict[str, str] = Field(default_factory=dict, description="SCD2 table -> the columns whose "

@@ -22,7 +22,7 @@ import structlog
 
 from cdc.columns import source_columns
 from cdc.validate import ChangeError
-from pipeline.api.apply import Applied, PendingAppend, apply_changes, apply_pending_together, pending_append
+from pipeline.api.apply import PendingAppend, apply_changes, apply_pending_together, pending_append
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
 from tables.catalog import keeps_views
@@ -144,13 +144,10 @@ class MirrorStage:
         names = [name for name in names if name not in keyless]
         limit = self.common_position(names) if self.settings.consistent and names else None
         glue = DeltaGlue.enabled(self.cfg, self.spark)
-        together, failed = (self.merge_together([name for name in names if name not in quiet], positions)
-                            if limit is None else ({}, {}))
+        together = self.merge_together([name for name in names if name not in quiet], positions) if limit is None else {}
         done = {**quiet, **together}
 
         def merge(name: str) -> TableReport:
-            if name in failed:
-                raise failed[name]
             report = done[name] if name in done else self._merge_with_retries(name, limit)
             log.info("mirror.table", summary=report.line())
             if glue is not None and lake_table(self.cfg, self.spark, self.settings.namespace, name).exists():
@@ -189,33 +186,31 @@ class MirrorStage:
         return dict(zip(names, self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup"),
                         strict=True))
 
-    def merge_together(self, names: list[str], positions: dict[str, Position | None]
-                       ) -> tuple[dict[str, TableReport], dict[str, MirrorError]]:
+    def merge_together(self, names: list[str], positions: dict[str, Position | None]) -> dict[str, TableReport]:
         """The tables of `names` whose new changes only append to their mirror's pending table (an Iceberg mirror
-        in the pending layout, SCD type 1, built already or small: `pending_append`), merged together: each
-        table's reading and planning in a thread, then one Spark job checking all their changes and one writing
-        them, each table committed with its watermark (`apply_pending_together`), then the views of the
-        mirrors created. A batch of a whole database is mostly tables with a few changes each, and a job, a plan
-        and a commit a table cost far more than their rows. Returns the reports of the tables merged, and the
-        error of each whose changes failed a check; the others (a large first build, new columns, a truncate)
-        are left to `merge_table`."""
+        in the pending layout, SCD type 1, built already or new, a small batch: `pending_append`), merged
+        together: each table's reading and planning in a thread, then one Spark job whose tasks check each table's
+        changes and write them (`apply_pending_together`), each table committed with its watermark, then the
+        views of the mirrors created. A batch of a whole database is mostly tables with a few changes each, and a
+        job, a plan and a commit a table cost far more than their rows. Returns the reports of the tables merged;
+        the others (a large batch or first build, new columns, a truncate, changes that fail a check) are left to
+        `merge_table`."""
         if self.cfg.lake.format != "iceberg" or self.settings.layout != "pending" or not names:
-            return {}, {}
+            return {}
         started, spark = time.perf_counter(), self._sessions.root  # the frames of one job share a session
-        numbers = {name: number for number, name in enumerate(names)}  # each table's in the checks' union
 
         def plan(name: str) -> PendingAppend | None:
             at, keys = positions.get(name), self.settings.key_columns(name)
             source = lake_table(self.cfg, spark, self.cfg.changelog.namespace, name)
             through = at.through if at is not None else source.commit_id()
-            if through is None or not keys:
+            if through is None or not keys or not isinstance(source, IcebergLakeTable):
                 return None
             after = at.merged if at is not None else None
             appending = at is not None and at.pending and after is not None
-            rows = source.records(through) if isinstance(source, IcebergLakeTable) and after is None else None
             try:
-                return pending_append(self.cfg, spark, name, numbers[name], source.read_appended(after, through),
-                                      keys, {WATERMARK: str(through)}, appending=appending, rows=rows)
+                return pending_append(self.cfg, spark, name, source.read_appended(after, through), keys,
+                                      {WATERMARK: str(through)}, appending=appending,
+                                      rows=source.records_added(after, through))
             except Exception as exc:  # noqa: BLE001 - a concurrent run created the mirror: it goes alone, retried
                 if not any(marker in str(exc) for marker in CONFLICTS):
                     raise
@@ -224,19 +219,18 @@ class MirrorStage:
         planned = [part for part in self._sessions.map(plan, names, self.settings.concurrent_lookups, "mirror-plan")
                    if part is not None]
         log.info("mirror.together_planned", tables=len(planned), of=len(names),
-                 seconds=round(time.perf_counter() - started, 2))  # the check, the write and the commits follow
+                 seconds=round(time.perf_counter() - started, 2))  # the write and the commits follow
         results = apply_pending_together(spark, planned, self.settings.concurrent_lookups)
-        failed = {part.name: MirrorError(str(result)) for part, result in zip(planned, results, strict=True)
-                  if isinstance(result, ChangeError)}
-        merged = [(part, result) for part, result in zip(planned, results, strict=True) if isinstance(result, Applied)]
+        merged = [(part, result) for part, result in zip(planned, results, strict=True) if result is not None]
         self._sessions.map(lambda part: self._replace_views(part.name, part.keys, self._changelog(part.name)),
                            [part for part, result in merged if result.reshaped], self.settings.concurrent_tables,
                            "mirror-views")
         seconds = time.perf_counter() - started
         reports = {part.name: TableReport(part.name, result.changes, result.keys, 0, int(part.metadata[WATERMARK]),
                                           seconds, len(merged)) for part, result in merged}
-        log.info("mirror.together", tables=len(reports), failed=len(failed), of=len(names), seconds=round(seconds, 2))
-        return reports, failed
+        log.info("mirror.together", tables=len(reports), alone=len(planned) - len(reports), of=len(names),
+                 seconds=round(seconds, 2))
+        return reports
 
     def run_every(self, interval_s: float, requested: Iterable[str] = (),
                   stopping: threading.Event | None = None) -> None:

@@ -223,6 +223,9 @@ def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfi
         name: (4, len(batches[name][1])) for name in names}
     assert all(pending_table(cfg, spark, name).commit_metadata(WATERMARK)[1] == str(second[name].watermark)
                for name in names)
+    appended = spark.table(pending_table(cfg, spark, plain).ref)  # a placeholder is stored as null, and listed
+    assert appended.where("array_contains(_unchanged, 'notes')").count() > 0
+    assert appended.where("notes = '__debezium_unavailable_value' OR _merged_at IS NULL").count() == 0
 
     # A truncate (no key) goes alone; a tie stops its table, named, with its watermark where it was.
     truncate = _change(None, 95, "t", {"name": None, "city": None, "notes": None}, offset=10**7)
@@ -252,7 +255,7 @@ def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfi
 @pytest.mark.parametrize("delete_mode", ["soft", "hard"])
 def test_a_small_first_build_resolved_by_its_writing_task_equals_the_window_build(delete_mode: str,
                                                                                    cfg: PipelineConfig, spark) -> None:
-    """New small mirrors built together, each resolved by the task that writes it (`cdc.spark.FirstBuild`), hold
+    """New small mirrors built together, each resolved by the task that writes it (`cdc.spark.MirrorRows`), hold
     exactly the rows of the window build a large one gets (`cdc/build.py`) and of the model: late and
     twice-delivered changes, TOAST placeholders with and without an earlier value, deletes of keys never seen,
     resurrections. A first build whose changes hold a truncate or a tie is left to be built alone: the truncate

@@ -10,7 +10,7 @@ import org.apache.iceberg.expressions.{Expressions => IcebergExpressions}
 import org.apache.iceberg.spark.Spark3Util
 import org.apache.iceberg.spark.source.SerializableTableWithSize
 import org.apache.spark.sql.Row
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.classic.{Dataset, SparkSession}
@@ -62,27 +62,27 @@ object ManyTables {
    *  once (`threads` at a time) with its snapshot properties (`snapshots`, one map a table), and completes the
    *  frames' observations (`Dataset.observe`) as a write of each would have. A table `guarded` takes its rows only
    *  if no other commit added data to it since the snapshot it was loaded at (a first build: two runs must not
-   *  both write one). A frame with a `builds` entry (null: none) holds a new mirror's changes, which one task
-   *  resolves to the rows written (`FirstBuild`, whose `outcome` this sets); a build left alone is not committed.
-   *  Returns the rows written to each table, -1 for a guarded table that another commit wrote first (nothing of
-   *  this write is in it), -2 for a build left alone. */
+   *  both write one). A frame with a `mirrors` entry (null: none) holds a mirror's changelog rows, which one task
+   *  makes into the rows written (`MirrorRows`, whose `outcome` this sets); a table it leaves to be merged alone
+   *  is not committed. Returns the rows written to each table, -1 for a guarded table that another commit wrote
+   *  first (nothing of this write is in it), -2 for a table left alone. */
   def append(frames: java.util.List[Dataset[Row]], tables: java.util.List[Table],
              stamps: java.util.Map[String, java.lang.Number],
              snapshots: java.util.List[java.util.Map[String, String]], guarded: java.util.List[java.lang.Boolean],
-             builds: java.util.List[FirstBuild], tasks: Int, threads: Int): Array[Long] = {
+             mirrors: java.util.List[MirrorRows], tasks: Int, threads: Int): Array[Long] = {
     require(frames.size == tables.size && tables.size == snapshots.size && tables.size == guarded.size &&
-            tables.size == builds.size && !frames.isEmpty,
-            "one table, one map of snapshot properties, one guard and one build (or null) a frame, at least one")
+            tables.size == mirrors.size && !frames.isEmpty,
+            "one table, one map of snapshot properties, one guard and one mirror (or null) a frame, at least one")
     val spark = frames.get(0).sparkSession
     val context = spark.sparkContext
     val shipped = context.broadcast(tables.asScala.map(SerializableTableWithSize.copyOf).toArray)
     val parts = frames.asScala.toSeq.zipWithIndex.map { case (frame, i) =>
-      val stamped = stampsOf(Option(builds.get(i)).fold(frame.schema)(_.schema), stamps)
-      Option(builds.get(i)) match {
+      val stamped = stampsOf(Option(mirrors.get(i)).fold(frame.schema)(_.schema), stamps)
+      Option(mirrors.get(i)) match {
         case None => frame.queryExecution.toRdd.mapPartitionsWithIndex((part, rows) =>
-          Iterator((i, write(new TableFiles(shipped.value(i), part), rows, stamped), Option.empty[FirstBuild.Outcome])))
-        case Some(build) => frame.queryExecution.toRdd.coalesce(1).mapPartitionsWithIndex { (part, rows) =>
-          val (outcome, resolved) = build.resolve(rows)
+          Iterator((i, write(new TableFiles(shipped.value(i), part), rows, stamped), Option.empty[MirrorRows.Outcome])))
+        case Some(mirror) => frame.queryExecution.toRdd.coalesce(1).mapPartitionsWithIndex { (part, rows) =>
+          val (outcome, resolved) = mirror.rows(rows)
           Iterator((i, write(new TableFiles(shipped.value(i), part), resolved, stamped), Option(outcome)))
         }
       }
@@ -91,7 +91,7 @@ object ManyTables {
     val written = try union.coalesce(math.max(1, math.min(tasks, union.getNumPartitions))).collect()
                   finally shipped.destroy()
     val outcomes = written.collect { case (i, _, Some(outcome)) => i -> outcome }.toMap
-    outcomes.foreach { case (i, outcome) => builds.get(i).outcome = outcome }
+    outcomes.foreach { case (i, outcome) => mirrors.get(i).outcome = outcome }
     val alone = outcomes.collect { case (i, outcome) if outcome.alone => i }.toSet
     val files = written.filterNot(part => alone(part._1)).groupMap(_._1)(_._2).view.mapValues(_.flatten.toSeq).toMap
     val kept = tables.asScala.indices.filterNot(alone)
@@ -103,19 +103,6 @@ object ManyTables {
       SQLExecution.withNewExecutionId(frame.queryExecution, Some(s"append to ${table.name}"))(())
     }
     rows
-  }
-
-  /** The rows of `frames` (all of one schema) as one frame over the union of their planned RDDs. `Dataset.union`
-   *  over many frames analyses the growing union once a frame (quadratic in their number) and plans every frame's
-   *  scan in the one thread that runs it; here each frame's `queryExecution.toRdd` is planned once, by whoever
-   *  asked first (callers plan them in threads of their own), and the rows pass as they are. */
-  def union(frames: java.util.List[Dataset[Row]]): Dataset[Row] = {
-    require(!frames.isEmpty, "at least one frame")
-    val spark = frames.get(0).sparkSession
-    val schema = frames.get(0).schema
-    val toRow = CatalystTypeConverters.createToScalaConverter(schema)
-    val rows = spark.sparkContext.union(frames.asScala.toSeq.map(_.queryExecution.toRdd))
-    spark.createDataFrame(rows.map(row => toRow(row).asInstanceOf[Row]), schema)
   }
 
   /** Commits each table's files (`files`: by the table's position in `tables`) with its snapshot properties
