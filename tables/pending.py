@@ -113,6 +113,8 @@ def mirror_state(cfg: PipelineConfig, spark: SparkSession, name: str) -> DataFra
         return history_state(cfg, spark, base, pending.ref if pending is not None else None)
     if pending is None:
         return base.read()
+    if pending.is_empty():  # nothing pending (a first build, a fold): the base is the state, no overlay to plan
+        return base.read().drop(UNCHANGED)
     return spark.sql(overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode,
                                  overlay_refs(base, pending)))
 

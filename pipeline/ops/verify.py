@@ -2,9 +2,10 @@
 
 An SCD2 mirror is compared version by version (`verify_history`, the truth's `versions`). With `engine="trino"`
 the mirror is read by Trino (Athena's engine) through its views' SQL as Athena runs it (`mirror_rows`), so what
-an Athena user will see is what is checked. The comparison runs in Spark: the truth's rows become a DataFrame
-with the table's own types, and a full outer join on the key finds rows missing from the lake, rows the source
-does not have, and rows whose values differ.
+an Athena user will see is what is checked. The truth's rows take the table's own types, and a match on the
+key finds rows missing from the lake, rows the source does not have, and rows whose values differ: on the
+driver for a table of a few thousand rows (a database's hundreds of tables: no join to plan a table), by a
+full outer join in Spark for a larger one.
 Columns the truth row does not carry (written before a column existed) must be null in the lake. A truth
 value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake type it lands as
 (`simulators/semantic.py`), where the lake column has that type.
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 Engine = Literal["spark", "trino"]  # what reads the mirrors
 MAX_REPORTED = 50  # mismatches listed per table; all are counted
+DRIVER_ROWS = 20_000  # a table of at most this many source rows is compared on the driver, not by a join
 # An SCD2 version's number (per key, from 1), boundaries (ms) and deletion, as compared with the truth's.
 HISTORY_COLUMNS = ("scd2_version", "scd2_valid_from_ms", "scd2_valid_to_ms", "scd2_deleted")
 
@@ -97,16 +99,58 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
             table: str, truth_table: str, column_types: dict[str, Any] | None = None) -> TableVerdict:
     """Compare the lake's current rows (metadata columns ignored) with the truth's rows for one table, reading
     truth values by the source's `column_types` (the truth's `column_types`; none: as they are). The truth names
-    columns as the source does, the lake as `cdc/columns.py` does."""
-    from pyspark.sql import functions as F
-
+    columns as the source does, the lake as `cdc/columns.py` does. A table of at most `DRIVER_ROWS` source rows is
+    compared on the driver (one scan of the lake's side): a join a table cost a database's `verify` ~1 s a table;
+    a larger one by a full outer join in Spark."""
     columns = source_columns(lake.columns)
-    schema = lake.select(*map(column, columns)).schema
+    lake = lake.select(*map(column, columns))
+    schema = lake.schema
     readers = _lake_readers(schema, column_types or {})
     named = {c: source_column(c) for c in columns}
-    expected = spark.createDataFrame([tuple(None if row.get(named[c]) is None else readers[c](row[named[c]])
-                                            if c in readers else row.get(named[c]) for c in columns)
-                                      for row in truth_rows.values()], schema)
+    expected = [tuple(None if row.get(named[c]) is None else readers[c](row[named[c]]) if c in readers
+                      else row.get(named[c]) for c in columns) for row in truth_rows.values()]
+    if len(expected) <= DRIVER_ROWS:
+        found = _differences(lake.collect(), [_as_spark_returns(schema, row) for row in expected], columns, keys)
+        total, examples = len(found), found[:MAX_REPORTED]
+    else:
+        total, examples = _joined_differences(spark.createDataFrame(expected, schema), lake, columns, keys)
+    return TableVerdict(table, truth_table, len(truth_rows), total, examples)
+
+
+def _as_spark_returns(schema: StructType, row: tuple) -> tuple:
+    """A row as Spark returns it once stored with `schema` (times in the session's zone, as a collect gives
+    them), so a Python comparison sees what a join in Spark would."""
+    return tuple(schema.fromInternal(schema.toInternal(row)))
+
+
+def _differences(lake_rows: list[Any], source_rows: list[tuple], columns: list[str], keys: list[str]
+                 ) -> list[Mismatch]:
+    """Every mismatch between rows of `columns` (the lake's and the source's), matched by `keys`."""
+    at = [columns.index(k) for k in keys]
+    lake = {tuple(row[i] for i in at): row for row in lake_rows}
+    source = {tuple(row[i] for i in at): row for row in source_rows}
+    found = [Mismatch("extra", key) for key in lake if key not in source]
+    for key, row in source.items():
+        held = lake.get(key)
+        if held is None:
+            found.append(Mismatch("missing", key))
+            continue
+        differs = {c: (held[i], row[i]) for i, c in enumerate(columns) if not _same(held[i], row[i])}
+        if differs:
+            found.append(Mismatch("differs", key, differs))
+    return found
+
+
+def _same(lake: Any, source: Any) -> bool:
+    """Equal as Spark's `<=>` has it: NaN equals NaN."""
+    return lake == source or (isinstance(lake, float) and isinstance(source, float) and lake != lake and source != source)
+
+
+def _joined_differences(expected: DataFrame, lake: DataFrame, columns: list[str], keys: list[str]
+                        ) -> tuple[int, list[Mismatch]]:
+    """`_differences` by a full outer join in Spark: how many, and the first `MAX_REPORTED`."""
+    from pyspark.sql import functions as F
+
     lake_side = lake.select(*[column(c).alias(f"lake_{c}") for c in columns], F.lit(True).alias("_in_lake"))
     source_side = expected.select(*[column(c).alias(f"src_{c}") for c in columns], F.lit(True).alias("_in_src"))
     joined = lake_side.join(source_side, [column(f"lake_{k}") == column(f"src_{k}") for k in keys], "full_outer")
@@ -125,7 +169,7 @@ def compare(spark: SparkSession, lake: DataFrame, truth_rows: dict[Any, dict[str
         key = tuple(row[f"{side}_{k}"] for k in keys)
         diffs = {c: (row[f"lake_{c}"], row[f"src_{c}"]) for c in row["_columns"]} if row["_kind"] == "differs" else {}
         examples.append(Mismatch(row["_kind"], key, diffs))
-    return TableVerdict(table, truth_table, len(truth_rows), total, examples)
+    return total, examples
 
 
 def _lake_readers(schema: StructType, column_types: dict[str, Any]) -> dict[str, Callable[[Any], Any]]:
