@@ -269,14 +269,19 @@ def spark_schema(spark: SparkSession, metadata) -> StructType:  # type: ignore[n
     converts its schema the same way), without planning a read of it."""
     from pyspark.sql.types import StructType
 
-    converted = spark._jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(metadata.schema())  # type: ignore[attr-defined]
+    from tables.lake import java_class  # tables.lake imports this module
+
+    converted = java_class(spark, "org.apache.iceberg.spark.SparkSchemaUtil").convert(metadata.schema())
     return StructType.fromJson(json.loads(converted.json()))
 
 
 def iceberg_table(spark: SparkSession, ref: str):  # type: ignore[no-untyped-def]  # a py4j org.apache.iceberg.Table
     """An Iceberg table through Iceberg's Java API, refreshed: its snapshots and their summaries read without a
     Spark job per question."""
-    table = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, ref)  # type: ignore[attr-defined]
+    from tables.lake import java_class  # tables.lake imports this module
+
+    table = java_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable(
+        spark._jsparkSession, ref)  # type: ignore[attr-defined]
     table.refresh()
     return table
 

@@ -49,7 +49,7 @@ final class MirrorRows(changelog: StructType, table: Table, keys: java.util.List
   private val seq: Int = at("_seq")
   private val seqType: StructType = changes(seq).dataType.asInstanceOf[StructType]
   private val major: Int = seqType.fieldIndex("source_major")
-  private val (op, deleted, sourceTs, unchanged) = (at("_op"), at("_is_deleted"), at("_source_ts"), at(Unchanged))
+  private val (op, deleted, unchanged) = (at("_op"), at("_is_deleted"), at(Unchanged))
   /** The columns a change that does not know them leaves to an older one (`cdc.merge.knowing_columns`). */
   private val knowing: Set[String] =
     names.filterNot(c => keys.contains(c) || tombstone.contains(c) || c == Unchanged).toSet
