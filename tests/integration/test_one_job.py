@@ -13,6 +13,7 @@ into a namespace of its own."""
 from __future__ import annotations
 
 import functools
+import re
 import uuid
 
 import pytest
@@ -24,7 +25,7 @@ from pipeline.config import kafka
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.changelog import BatchReport
 from pipeline.stages.changelog.landing import Landing
-from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, BatchReads, TopicRange
+from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, TASKS_PER_CORE, BatchReads, TopicRange
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
@@ -215,3 +216,29 @@ def test_the_reads_of_a_group_reuse_the_executors_consumers(cfg, spark, ranges) 
     assert first == read_all() > 0
     assert opened and _consumers(spark, group) == opened  # the second read opened none
     assert len(opened) == sum(len(r.partitions) for r in ranges)  # a consumer a partition, kept
+
+
+def test_the_quiet_topics_one_read_gives_what_sparks_kafka_source_reads(cfg, spark, ranges) -> None:
+    """`BatchReads.together` reads its share of the partitions with one consumer a task (jvm/cdc `KafkaRanges`),
+    where Spark's source makes one a partition: the same rows, column for column, from a partition's earliest
+    offset and from inside it, for the topics asked and no other."""
+    mixed = [TopicRange(r.topic, {p: (end // 2, end) if n % 2 else (start, end)
+                                  for p, (start, end) in r.partitions.items()}) for n, r in enumerate(ranges)]
+    asked = mixed[:-1]
+    ours = BatchReads(mixed, spark, cfg.kafka, headers=True).together([r.topic for r in asked])
+    theirs = functools.reduce(DataFrame.unionByName, [r.read(spark, cfg.kafka, headers=True) for r in asked])
+    assert ours.schema == theirs.schema
+    order = ["topic", "partition", "offset"]
+    rows = ours.orderBy(*order).collect()
+    assert rows == theirs.orderBy(*order).collect()
+    assert len(rows) == sum(end - max(start, 0) for r in asked for start, end in r.partitions.values())
+    assert ours.rdd.getNumPartitions() == TASKS_PER_CORE * spark.sparkContext.defaultParallelism
+
+
+def test_a_range_kafka_cannot_give_fails_its_read_naming_the_partition(cfg, spark, ranges) -> None:
+    first = ranges[0]
+    partition, (_, end) = min(first.partitions.items())
+    beyond = BatchReads([TopicRange(first.topic, {partition: (end, end + 5)})], spark, cfg.kafka, headers=False,
+                        poll_timeout_ms=3000)
+    with pytest.raises(Exception, match=rf"{re.escape(first.topic)}-{partition} at {end} of {end + 5}"):
+        beyond.together([first.topic]).count()

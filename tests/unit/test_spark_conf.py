@@ -156,6 +156,7 @@ def test_session_logs_to_a_file_and_only_errors_to_the_console(tmp_path: Path) -
     assert "rootLogger.level = info" in text and "logger.gateway.level = info" in text
     assert "appender.console.filter.threshold.level = error" in text
     assert "appender.console.target = SYSTEM_ERR" in text
+    assert "logger.kafka.name = org.apache.kafka\nlogger.kafka.level = warn" in text  # no config dump a consumer
 
 
 def test_both_log_layouts_mask_the_message_and_the_exception_by_the_one_rule(tmp_path: Path) -> None:

@@ -35,6 +35,9 @@ ONE_TASK_RECORDS = 20_000
 # of a 5-7 s job idle, bench/cluster.py). Split into this many tasks per unit of the session's parallelism, the
 # ranges have no preferred executor, and an executor that is done takes the next one.
 TASKS_PER_CORE = 2
+# How long a read waits for a partition that yields nothing before it fails, naming it: Spark's Kafka source's
+# default (`kafkaConsumer.pollTimeoutMs`, from `spark.network.timeout`).
+POLL_TIMEOUT_MS = 120_000
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class BatchReads:
     headers: bool
     parallelism: int | None = None  # a cluster's cores (`TopicRange.read`); None: a local master
     group: str | None = None  # `kafka.reader_group`
+    poll_timeout_ms: int = POLL_TIMEOUT_MS  # `together`: how long a partition may yield nothing
 
     @property
     def names(self) -> list[str]:
@@ -104,9 +108,24 @@ class BatchReads:
             self.spark, self.settings, self.headers, self.parallelism, self.group)
 
     def together(self, topics: Collection[str]) -> DataFrame:
-        """The records of `topics` by one read (a task a Kafka partition): one plan for all of them."""
-        return _reader(self.spark, self.settings, self.headers, self.group,
-                       [r for r in self.ranges if r.topic in topics]).load()
+        """The records of `topics` by one read, in the columns the streaming source gives: `TASKS_PER_CORE` tasks
+        a core, each reading its share of the partitions with one Kafka consumer (jvm/cdc `KafkaRanges`; Spark's
+        source makes a consumer a partition, 2,000 for a batch of 500 topics). Needs the pipeline's jar."""
+        from pyspark.sql import DataFrame
+
+        from tables.lake import java_class
+
+        ranges = [(r.topic, p, start, end) for r in self.ranges if r.topic in topics
+                  for p, (start, end) in sorted(r.partitions.items())]
+        options = kafka.spark_options(self.settings)
+        config = {key.removeprefix("kafka."): value for key, value in options.items() if key.startswith("kafka.")}
+        if self.group:
+            config["group.id"] = self.group
+        columns = [list(column) for column in zip(*ranges)] if ranges else [[], [], [], []]
+        jdf = java_class(self.spark, "cdc.spark.KafkaRanges").read(
+            self.spark._jsparkSession, *columns, config, self.headers,  # noqa: SLF001
+            TASKS_PER_CORE * self.spark.sparkContext.defaultParallelism, self.poll_timeout_ms)
+        return DataFrame(jdf, self.spark)
 
 
 def _reader(spark: SparkSession, settings: KafkaSettings, headers: bool, group: str | None,
