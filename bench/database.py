@@ -87,7 +87,7 @@ SNAPSHOT_ROWS = 10  # rows per table before the changes start: the skew is in th
 # (module or class, attribute, label): the driver calls a table's landing makes, timed while the batch lands
 PROBED: list[tuple[Any, str, str]] = [
     (resolver_module.SchemaResolver, "subject_writers", "registry: subject's writers"),
-    (resolver_module.SchemaResolver, "subjects_writers", "registry: the quiet subjects' writers (one search)"),
+    (resolver_module.SchemaResolver, "group_listing", "registry: the quiet subjects' versions (one search)"),
     (resolver_module.SchemaResolver, "readers", "registry: readers"),
     (resolver_module.SchemaResolver, "key_columns", "registry: record key"),
     (landing_module.Landing, "_key", "table key lookup"),

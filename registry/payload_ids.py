@@ -24,11 +24,11 @@ was read off a record.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable, Literal, Sequence
 
 import structlog
 
-from registry.apicurio import ApicurioClient
+from registry.apicurio import ApicurioClient, ArtifactVersion
 from registry.avro import avro_schema
 from registry.backend import unless_not_found
 from registry.ids import AMBIGUOUS, ID_KINDS, IdKind, UnresolvedSchemaId, WireId
@@ -75,6 +75,7 @@ class ApicurioIds:
     strategy: SubjectStrategy
     payload_id: PayloadId = "auto"
     _topic_kinds: dict[str, IdKind] = field(default_factory=dict, repr=False)  # what a topic's ids have shown
+    _texts: dict[int, str] = field(default_factory=dict, repr=False)  # a listed version's, by global id
 
     @property
     def address(self) -> str:
@@ -95,6 +96,38 @@ class ApicurioIds:
         log.debug("registry.payload_id", topic=topic, schema_id=wire_id.value, kind=kind,
                   in_subject=kind in in_subject)
         return Reading(readings[kind], kind if shows else None)
+
+    def listed(self, topic: str, versions: Sequence[ArtifactVersion], header_ids: bool
+               ) -> dict[str, Reading | UnresolvedSchemaId]:
+        """The reading of each id a frame can carry for one of `versions` (the topic's subject's, listed): by the
+        rule above as `writer` gives it, from the versions and one text a version. Each such id is in the subject
+        under the kind it was listed by, so only those readings count (rule 2), and the texts are the versions':
+        `writer` asks the registry for both kinds' texts and whether the subject holds each, ten calls a version.
+        `header_ids`: also the ids of Apicurio's headers, which name their kind (`global:78`)."""
+        kinds = ID_KINDS if self.payload_id == "auto" else (self.payload_id,)
+        for version in versions:
+            if version.global_id not in self._texts:  # a version's text never changes
+                self._texts[version.global_id] = self.client.by_global_id(version.global_id)
+        texts = self._texts
+        by_kind: dict[IdKind, dict[int, str]] = {
+            "global": {v.global_id: texts[v.global_id] for v in versions},
+            "content": {v.content_id: texts[v.global_id] for v in versions}}
+        found: dict[str, Reading | UnresolvedSchemaId] = {}
+        if header_ids:
+            found.update({f"{kind}:{n}": Reading(text) for kind, ids in by_kind.items() for n, text in ids.items()})
+        for schema_id in sorted({n for kind in kinds for n in by_kind[kind]}):
+            readings = {kind: by_kind[kind][schema_id] for kind in kinds if schema_id in by_kind[kind]}
+            if self.payload_id != "auto":
+                found[str(schema_id)] = Reading(readings[self.payload_id])
+                continue
+            try:
+                kind, shows = choose(schema_id, readings, set(readings), self._topic_kinds.get(topic))
+            except UnresolvedSchemaId as exc:
+                found[str(schema_id)] = exc
+                continue
+            assert kind is not None  # a listed id has a reading
+            found[str(schema_id)] = Reading(readings[kind], kind if shows else None)
+        return found
 
     def saw(self, topic: str, kind: IdKind, schema_id: int | str) -> None:
         """A record of `topic` carried an id that shows its producer writes `kind` ids (said once a topic)."""

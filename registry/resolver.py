@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from pipeline.config.settings import AwsSettings, RegistrySettings
 from registry.apicurio import ApicurioClient, ArtifactVersion
@@ -24,7 +24,7 @@ from registry.backend import RegistryError, SchemaRegistry, not_found, unless_no
 from registry.ccompat import ConfluentCompatClient
 from registry.factory import schema_registry
 from registry.glue import GlueRegistry
-from registry.ids import AMBIGUOUS, ID_KINDS, UNKNOWN, UnresolvedSchemaId, WireId
+from registry.ids import AMBIGUOUS, UNKNOWN, UnresolvedSchemaId, WireId
 from registry.payload_ids import ApicurioIds, Reading
 from registry.subjects import SubjectStrategy, subject_name
 
@@ -88,10 +88,12 @@ class SchemaResolver:
         Apicurio id the producer writes say so, for the ids only that kind decides (`registry/payload_ids.py`)."""
         self.writers(topic, schema_ids)
 
-    def subject_writers(self, topic: str, header_ids: bool) -> dict[str, str]:
+    def subject_writers(self, topic: str, header_ids: bool,
+                        listing: Mapping[str, Sequence[ArtifactVersion]] | None = None) -> dict[str, str]:
         """Every id a frame of `topic` can carry for a version of the topic's value subject, with the writer
-        text `writer` gives it, from the registry's list of the subject's versions, so a batch is decoded
-        without first scanning it for its ids. `header_ids`: the framing reads Apicurio's header ids too.
+        text `writer` gives it, from the registry's list of the subject's versions (or `listing`'s, from
+        `group_listing`), so a batch is decoded without first scanning it for its ids. `header_ids`: the framing
+        reads Apicurio's header ids too.
 
         Empty where the subject cannot be told from the topic alone (a record naming strategy) or the registry
         cannot list a subject's ids (not an Apicurio): the stage then finds a batch's ids by reading it. An id
@@ -100,32 +102,31 @@ class SchemaResolver:
         `carried` the ids the other records carried."""
         if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC:
             return {}
-        return self._listed_writers(topic, self.apicurio.client.versions(subject_name(self.strategy, topic, None)),
-                                    header_ids)
+        subject = subject_name(self.strategy, topic, None)
+        versions = self.apicurio.client.versions(subject) if listing is None else listing.get(subject, [])
+        return self._listed_writers(topic, versions, header_ids)
 
-    def subjects_writers(self, topics: Sequence[str], header_ids: bool) -> dict[str, dict[str, str]] | None:
-        """`subject_writers` of each of `topics`, their subjects' versions listed by one search of the registry's
-        group (a call a page of 500 versions) rather than a call a subject; None when there are fewer than
-        `GROUP_SEARCH_TOPICS` topics or the group's pages would outnumber half of them (a group shared with other
-        databases): then ask `subject_writers` of each."""
-        if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC or not topics:
-            return {topic: {} for topic in topics}
-        if len(topics) < GROUP_SEARCH_TOPICS:
+    def group_listing(self, topics: Sequence[str]) -> dict[str, list[ArtifactVersion]] | None:
+        """The versions of `topics`' subjects (and of the rest of their group), by subject, listed by one search of
+        the registry's group (a call a page of 500 versions) rather than a call a subject, for `subject_writers`;
+        None when there are fewer than `GROUP_SEARCH_TOPICS` topics, the registry cannot list them, or the
+        group's pages would outnumber half the topics (a group shared with other databases): then each subject
+        is listed by itself. The writers' texts are not asked here: each topic's landing asks its own, in its
+        thread (a call or two an id)."""
+        if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC or len(topics) < GROUP_SEARCH_TOPICS:
             return None
-        listed = self.apicurio.client.group_versions(max_pages=len(topics) // 2)
-        if listed is None:
-            return None
-        return {topic: self._listed_writers(topic, listed.get(subject_name(self.strategy, topic, None), []),
-                                            header_ids) for topic in topics}
+        return self.apicurio.client.group_versions(max_pages=len(topics) // 2)
 
     def _listed_writers(self, topic: str, versions: Sequence[ArtifactVersion], header_ids: bool) -> dict[str, str]:
-        kinds = ID_KINDS if self.apicurio.payload_id == "auto" else (self.apicurio.payload_id,)
-        numbers = {"global": [v.global_id for v in versions], "content": [v.content_id for v in versions]}
-        candidates = {str(n) for kind in kinds for n in numbers[kind]}
-        if header_ids:
-            candidates |= {f"{kind}:{n}" for kind, ns in numbers.items() for n in ns}
-        return {schema_id: text for schema_id, text in self.writers(topic, candidates, observed=False).items()
-                if isinstance(text, str)}
+        """What `writer` gives each id a frame can carry for one of `versions`, read from the versions
+        (`ApicurioIds.listed`: a call a version) and kept as `writer` keeps it; an ambiguous id is left out."""
+        assert self.apicurio is not None
+        listed = self.apicurio.listed(topic, versions, header_ids)
+        for schema_id, reading in listed.items():
+            if isinstance(reading, Reading):
+                self._writers.setdefault((topic, schema_id), reading)
+        return {schema_id: self._writers[(topic, schema_id)].text for schema_id in listed
+                if (topic, schema_id) in self._writers}
 
     def _writer_or_why(self, schema_id: str, topic: str, observed: bool) -> str | UnresolvedSchemaId:
         try:

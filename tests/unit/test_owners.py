@@ -79,13 +79,17 @@ def test_with_the_schema_in_the_names_both_land_apart() -> None:
 
 
 def test_a_batch_claims_in_name_order_whatever_thread_lands_first() -> None:
-    owners = _owners({})
-    owners.claim_first([SourceTable("x", "", ""), PUBLIC, SALES])  # an unmappable one is left to `claim`
+    tables: dict[str, FakeTable] = {}
+    owners = _owners(tables)
+    others = [SourceTable("inv", "public", f"t{i}") for i in range(20)]  # their lookups in threads
+    owners.claim_first([SourceTable("x", "", ""), PUBLIC, SALES, *others], threads=4)  # unmappable: `claim`'s
     with pytest.raises(TableNameCollision):
         owners.claim(SALES)
     assert owners.claim(PUBLIC) == "inv_orders"
     with pytest.raises(NoTableName):
         owners.claim(SourceTable("x", "", ""))
+    assert [owners.claim(source) for source in others] == [f"inv_t{i}" for i in range(20)]
+    assert {name: table.asked for name, table in tables.items()} == {name: 1 for name in tables}  # asked once
 
 
 def test_threads_claiming_one_new_table_leave_one_owner() -> None:

@@ -154,6 +154,24 @@ def test_the_ids_listed_from_a_subject_show_nothing_about_the_producers_kind() -
     assert resolver.subject_writers(TOPIC, header_ids=False)["79"] == V1  # the next batch lists it
 
 
+@pytest.mark.parametrize("payload_id", ["auto", "content", "global"])
+def test_a_subjects_listed_writers_are_what_writer_gives_each_id_at_a_call_a_version(payload_id: str) -> None:
+    # 79 is v2's global id and v1's content id: ambiguous until a record shows the kind (left out), in auto
+    registered = [("other-key", 77, 78, OTHER), (SUBJECT, 78, 79, V1), (SUBJECT, 79, 80, V2),
+                  ("employee-value", 80, 81, OTHER)]
+    fake = FakeApicurio(registered)
+    resolver = _resolver(fake, payload_id)
+    listed = resolver.subject_writers(TOPIC, header_ids=True)
+    assert sorted(fake.asked) == [("global", 78), ("global", 79)]  # a text a version
+    kinds = ("global", "content") if payload_id == "auto" else (payload_id,)
+    ids = {"global": [78, 79], "content": [79, 80]}
+    candidates = {str(n) for kind in kinds for n in ids[kind]} | {f"{k}:{n}" for k, ns in ids.items() for n in ns}
+    each = _resolver(FakeApicurio(registered), payload_id).writers(TOPIC, candidates, observed=False)
+    assert listed == {schema_id: text for schema_id, text in each.items() if isinstance(text, str)}
+    assert ("79" in listed) == (payload_id != "auto") and listed["global:79"] == V2 == listed["content:80"]
+    assert resolver.subject_writers(TOPIC, header_ids=True) == listed and len(fake.asked) == 2  # kept: no call
+
+
 def test_many_topics_subjects_are_listed_by_one_search_as_each_is_by_itself() -> None:
     fake = FakeApicurio([("other-key", 77, 78, OTHER), (SUBJECT, 78, 79, V1), (SUBJECT, 79, 80, V2),
                          ("shop.public.customers-value", 80, 81, OTHER)])
@@ -161,13 +179,16 @@ def test_many_topics_subjects_are_listed_by_one_search_as_each_is_by_itself() ->
     topics = named + [f"shop.public.t{i}" for i in range(GROUP_SEARCH_TOPICS - len(named))]
     each = {topic: _resolver(fake).subject_writers(topic, header_ids=True) for topic in topics}
     fake.listed.clear()
-    assert _resolver(fake).subjects_writers(topics, header_ids=True) == each
+    resolver = _resolver(fake)
+    listing = resolver.group_listing(topics)
+    assert listing is not None
+    assert {topic: resolver.subject_writers(topic, True, listing) for topic in topics} == each
     assert (fake.listed.count("*"), len(fake.listed)) == (1, 4)  # one search of the group, its three artifacts
     assert each[TOPIC] and each["shop.public.customers"] and not each["shop.public.none"]
     fake.listed.clear()
-    assert _resolver(fake).subjects_writers(named, header_ids=True) is None and not fake.listed  # a few: each
+    assert _resolver(fake).group_listing(named) is None and not fake.listed  # a few: each by itself
     fake.registered += [("more-value", 100 + i, 200 + i, OTHER) for i in range(GROUP_SEARCH_TOPICS)]
-    assert _resolver(fake).subjects_writers(topics, header_ids=True) is None  # more pages than half the topics
+    assert _resolver(fake).group_listing(topics) is None  # more pages than half the topics
 
 
 def test_a_listed_id_alone_leaves_an_ambiguous_id_undecided() -> None:

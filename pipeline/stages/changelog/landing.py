@@ -214,14 +214,14 @@ class Landing:
         each landing goes on from there. A table neither job takes (new columns, another partitioning) is
         appended by a write of its own."""
         one_job = topics.quiet if topics.quiet and self.many is not None and self._native_session() else frozenset()
-        self.owners.claim_first(SourceTable.of_topic(topic) for topic in sorted(topics.names))
+        self.owners.claim_first((SourceTable.of_topic(topic) for topic in sorted(topics.names)),
+                               self.cfg.changelog.concurrent_topics)
         quiet_topics = [topic for topic in topics.names if topic in one_job]
         headers = self.framing.reads_headers
-        listed = self.resolver.subjects_writers(quiet_topics, headers)  # one search for all, or None
+        listing = self.resolver.group_listing(quiet_topics)  # one search for all, or None
 
         def prepared(topic: str) -> QuietTopic | None:
-            writers = listed[topic] if listed is not None else self.resolver.subject_writers(topic, headers)
-            return self._quiet_topic(topic, writers, report)
+            return self._quiet_topic(topic, self.resolver.subject_writers(topic, headers, listing), report)
 
         together = [found for found in self._in_threads(prepared, [(topic,) for topic in quiet_topics])
                     if found is not None]
@@ -251,7 +251,7 @@ class Landing:
 
     def _quiet_topic(self, topic: str, writers: dict[str, str], report: BatchReport) -> QuietTopic | None:
         """A quiet topic's driver work for the one plan (`quiet.py`), given its subject's writers
-        (`SchemaResolver.subjects_writers`, or its own listing): its reader, table and key. None when the plan
+        (`SchemaResolver.subject_writers`): its reader, table and key. None when the plan
         does not take it (not Debezium envelopes the native decoder reads, a name it cannot map, a table whose
         columns the batch changes): it lands as any other quiet topic."""
         by_reader, unresolved = self._by_reader(topic, dict(writers))
