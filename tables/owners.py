@@ -83,9 +83,10 @@ class Owners:
         """The owner the table records; a table made before owners were recorded is adopted by `source`. A new
         table gets its owner when the stage creates it."""
         table = self._table(name)
-        if not table.exists():
+        properties = table.stored_properties()
+        if properties is None:
             return source
-        owner = table.properties().get(SOURCE_PROPERTY)
+        owner = properties.get(SOURCE_PROPERTY)
         if owner is None:
             table.set_properties({SOURCE_PROPERTY: source})
             return source

@@ -18,7 +18,8 @@ class _Landing(Landing):
 
     def __init__(self, cfg: PipelineConfig, barrier: threading.Barrier | None) -> None:
         super().__init__(cfg, spark=None)  # type: ignore[arg-type]
-        self.owners = Owners(cfg.names.rule(), lambda name: SimpleNamespace(exists=lambda: False))  # new tables
+        new_tables = SimpleNamespace(stored_properties=lambda: None)
+        self.owners = Owners(cfg.names.rule(), lambda name: new_tables)
         self.barrier = barrier
         self.stored: list[str] = []
 
