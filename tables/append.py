@@ -27,7 +27,7 @@ BATCH_STARTED = "pipeline.batch-started"  # epoch ms: with the commit time, how 
 ANCESTRY_LOOKUP = 32  # snapshots walked back for a writer's own commit before looking in all of them
 SOURCE_PROPERTY = "pipeline.source"  # table property: the source table `<db>.<schema>.<table>` the table holds
 CREATED = {"write.spark.accept-any-schema": "true", "format-version": "2"}  # the properties every new table gets
-TASKS_PER_CORE = 2  # a many-table append's job: tasks per unit of the session's default parallelism
+TASKS_PER_CORE = 2  # a job over many small inputs (tables, Kafka ranges): tasks a unit of the session's parallelism
 
 
 Created = Callable[[], Mapping[str, str]]  # the table properties a new table records (`SOURCE_PROPERTY`, its key)

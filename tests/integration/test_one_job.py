@@ -25,12 +25,12 @@ from pipeline.config import kafka
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.changelog import BatchReport
 from pipeline.stages.changelog.landing import Landing
-from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, TASKS_PER_CORE, BatchReads, TopicRange
+from pipeline.stages.changelog.transports.kafka_offsets import EARLIEST, BatchReads, TopicRange
 from registry.factory import serde_from_settings
 from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
-from tables.append import COMMIT_PROPERTY, iceberg_table
+from tables.append import COMMIT_PROPERTY, TASKS_PER_CORE, iceberg_table
 from tables.keys import stored_keys
 from tables.lake import table_names
 from tables.names import quote

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Collection
 from pipeline.config import kafka
 from pipeline.config.settings import KafkaSettings
 from pipeline.runtime.hadoop_files import read_text
+from tables.append import TASKS_PER_CORE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -29,12 +30,6 @@ EARLIEST = -2  # Spark's Kafka offset JSON: the partition's earliest offset
 # job is all fixed cost (a task, a Kafka consumer and a data file per partition), and a batch of a whole database
 # is mostly such topics (bench/database.py). One task decodes and writes this many records in well under a second.
 ONE_TASK_RECORDS = 20_000
-# On a cluster, a task per Kafka partition ties each partition to one executor: Spark's Kafka source gives the task
-# the executor that read the partition before (its cached consumer), so a batch of 4 partitions on two 1-core
-# executors ran 2 tasks on each, and ended with the slower executor's second task while the other waited (0.7-1.3 s
-# of a 5-7 s job idle, bench/cluster.py). Split into this many tasks per unit of the session's parallelism, the
-# ranges have no preferred executor, and an executor that is done takes the next one.
-TASKS_PER_CORE = 2
 # How long a read waits for a partition that yields nothing before it fails, naming it: Spark's Kafka source's
 # default (`kafkaConsumer.pollTimeoutMs`, from `spark.network.timeout`).
 POLL_TIMEOUT_MS = 120_000
@@ -66,7 +61,13 @@ class TopicRange:
         """Spark's `minPartitions` for reading the ranges on a cluster of `parallelism` cores (None: a local
         master, whose task threads take the next task whichever partition it reads): `TASKS_PER_CORE` a core
         for a topic of more than `ONE_TASK_RECORDS` records and fewer partitions than that, else None (a task a
-        partition, each on the executor that read it before)."""
+        partition, each on the executor that read it before).
+
+        Why: a task a Kafka partition ties each partition to one executor (Spark's Kafka source gives the task the
+        executor that read the partition before, its cached consumer), so a batch of 4 partitions on two 1-core
+        executors ran 2 tasks on each, and ended with the slower executor's second task while the other waited
+        (0.7-1.3 s of a 5-7 s job idle, bench/cluster.py). Split finer, the ranges have no preferred executor,
+        and an executor that is done takes the next one."""
         wanted = TASKS_PER_CORE * (parallelism or 0)
         return wanted if self.upper_bound > ONE_TASK_RECORDS and len(self.partitions) < wanted else None
 
