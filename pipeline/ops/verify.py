@@ -13,6 +13,7 @@ value of a semantic type (a `MicroTimestamp`'s long) is compared as the lake typ
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -143,7 +144,8 @@ def _differences(lake_rows: list[Any], source_rows: list[tuple], columns: list[s
 
 def _same(lake: Any, source: Any) -> bool:
     """Equal as Spark's `<=>` has it: NaN equals NaN."""
-    return lake == source or (isinstance(lake, float) and isinstance(source, float) and lake != lake and source != source)
+    return lake == source or (isinstance(lake, float) and isinstance(source, float)
+                              and math.isnan(lake) and math.isnan(source))
 
 
 def _joined_differences(expected: DataFrame, lake: DataFrame, columns: list[str], keys: list[str]
