@@ -83,7 +83,6 @@ class LakeTable(Protocol):
     def commit_metadata(self, key: str) -> tuple[int, str] | None: ...
     def fields(self) -> list[StructField]: ...
     def properties(self) -> dict[str, str]: ...
-    def stored_properties(self) -> dict[str, str] | None: ...  # None: no table; one lookup, where exists() is two
     def set_properties(self, properties: dict[str, str]) -> None: ...
     def add_columns(self, fields: list[StructField]) -> None: ...
     def widen_columns(self, types: dict[str, str]) -> None: ...
@@ -205,14 +204,7 @@ class IcebergLakeTable:
         return list(self.spark.table(self.ref).schema.fields)
 
     def properties(self) -> dict[str, str]:
-        return self._properties(self._metadata())
-
-    def stored_properties(self) -> dict[str, str] | None:
-        table = self._metadata_or_none()
-        return None if table is None else self._properties(table)
-
-    def _properties(self, table: Any) -> dict[str, str]:
-        return {str(k): str(v) for k, v in self._document(table).get("properties", {}).items()}
+        return {str(k): str(v) for k, v in self._document().get("properties", {}).items()}
 
     def set_properties(self, properties: dict[str, str]) -> None:
         self.spark.sql(f"ALTER TABLE {self.ref} SET TBLPROPERTIES ({property_list(properties)})")
@@ -357,17 +349,13 @@ class IcebergLakeTable:
         return removed
 
     def _current_snapshot(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Snapshot
-        """The table's current snapshot; None without commits or without the table."""
-        table = self._metadata_or_none()
-        return None if table is None else table.currentSnapshot()
-
-    def _metadata_or_none(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Table
-        """`_metadata`, or None without the table: told by the load's exception, not by asking Spark's catalog
-        first (a catalog load more on every call)."""
+        """The table's current snapshot; None without commits or without the table: callers ask of tables they
+        know, so a missing one is told by the load's exception, not by asking Spark's catalog first (a lookup
+        more on every call)."""
         from py4j.protocol import Py4JJavaError
 
         try:
-            return self._metadata()
+            return self._metadata().currentSnapshot()
         except Py4JJavaError as exc:
             if "NoSuchTableException" not in str(exc):
                 raise
@@ -376,13 +364,12 @@ class IcebergLakeTable:
     def _has_snapshot(self, snapshot_id: int) -> bool:
         return self._metadata().snapshot(snapshot_id) is not None
 
-    def _document(self, table: Any = None) -> dict[str, Any]:
-        """The table's metadata (of `table`, a loaded `_metadata`, or loaded now) as its metadata file has it
-        (snapshots with their summaries, properties), in one py4j call: reading a Java map or walking the
-        snapshots over py4j costs calls an entry (a table's properties took 50 ms, its snapshots three calls
-        each)."""
+    def _document(self) -> dict[str, Any]:
+        """The table's metadata as its metadata file has it (snapshots with their summaries, properties), in one
+        py4j call: reading a Java map or walking the snapshots over py4j costs calls an entry (a table's
+        properties took 50 ms, its snapshots three calls each)."""
         parser = java_class(self.spark, "org.apache.iceberg.TableMetadataParser")
-        return json.loads(parser.toJson((self._metadata() if table is None else table).operations().current()))
+        return json.loads(parser.toJson(self._metadata().operations().current()))
 
     def _metadata(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Table
         """The table's metadata through Iceberg's Java API, loaded from the catalog itself: a query of
@@ -505,9 +492,6 @@ class DeltaLakeTable:
 
     def fields(self) -> list[StructField]:
         return list(self.read().schema.fields)
-
-    def stored_properties(self) -> dict[str, str] | None:
-        return self.properties() if self.exists() else None
 
     def properties(self) -> dict[str, str]:
         # Delta resolves `delta.<path>` in ALTER TABLE itself; SHOW needs the session catalog named (the default

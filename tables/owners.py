@@ -83,10 +83,9 @@ class Owners:
         """The owner the table records; a table made before owners were recorded is adopted by `source`. A new
         table gets its owner when the stage creates it."""
         table = self._table(name)
-        properties = table.stored_properties()
-        if properties is None:
+        if not table.exists():
             return source
-        owner = properties.get(SOURCE_PROPERTY)
+        owner = table.properties().get(SOURCE_PROPERTY)
         if owner is None:
             table.set_properties({SOURCE_PROPERTY: source})
             return source

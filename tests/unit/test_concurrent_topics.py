@@ -18,8 +18,7 @@ class _Landing(Landing):
 
     def __init__(self, cfg: PipelineConfig, barrier: threading.Barrier | None) -> None:
         super().__init__(cfg, spark=None)  # type: ignore[arg-type]
-        new_tables = SimpleNamespace(stored_properties=lambda: None)
-        self.owners = Owners(cfg.names.rule(), lambda name: new_tables)
+        self.owners = Owners(cfg.names.rule(), lambda name: SimpleNamespace(exists=lambda: False))  # new tables
         self.barrier = barrier
         self.stored: list[str] = []
 

@@ -29,9 +29,6 @@ class FakeTable:
     def properties(self) -> dict[str, str]:
         return dict(self.props)
 
-    def stored_properties(self) -> dict[str, str] | None:
-        return self.properties() if self.exists() else None
-
     def set_properties(self, properties: dict[str, str]) -> None:
         self.props.update(properties)
 

@@ -750,9 +750,8 @@ class Landing:
         the append creates it."""
         if name not in self._keys:
             table = lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
-            properties = table.stored_properties()
-            exists = properties is not None
-            keys = stored_keys(properties or {})
+            exists = table.exists()
+            keys = stored_keys(table.properties()) if exists else []
             if not keys and formats & KEYED_BY_RECORD:
                 keys = [lake_column(k) for k in self.resolver.key_columns(topic)]
                 if keys and exists:
