@@ -108,10 +108,9 @@ class ApicurioIds:
         for version in versions:
             if version.global_id not in self._texts:  # a version's text never changes
                 self._texts[version.global_id] = self.client.by_global_id(version.global_id)
-        texts = self._texts
         by_kind: dict[IdKind, dict[int, str]] = {
-            "global": {v.global_id: texts[v.global_id] for v in versions},
-            "content": {v.content_id: texts[v.global_id] for v in versions}}
+            "global": {v.global_id: self._texts[v.global_id] for v in versions},
+            "content": {v.content_id: self._texts[v.global_id] for v in versions}}
         found: dict[str, Reading | UnresolvedSchemaId] = {}
         if header_ids:
             found.update({f"{kind}:{n}": Reading(text) for kind, ids in by_kind.items() for n, text in ids.items()})

@@ -112,7 +112,7 @@ class SchemaResolver:
         None when there are fewer than `GROUP_SEARCH_TOPICS` topics, the registry cannot list them, or the
         group's pages would outnumber half the topics (a group shared with other databases): then each subject
         is listed by itself. The writers' texts are not asked here: each topic's landing asks its own, in its
-        thread (a call or two an id)."""
+        thread (a call a version the process has not seen, `ApicurioIds.listed`)."""
         if self.apicurio is None or self.strategy is not SubjectStrategy.TOPIC or len(topics) < GROUP_SEARCH_TOPICS:
             return None
         return self.apicurio.client.group_versions(max_pages=len(topics) // 2)
