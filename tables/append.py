@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from tables import delta_log
 from tables.names import property_list, quote, sql_string
@@ -52,10 +52,20 @@ class Appender(Protocol):
         """Whether table `name` holds batch `batch_id` of `writer_id` (an append of it would be skipped)."""
 
 
+def parquet_hints(plain: Iterable[str], unbounded: Iterable[str]) -> dict[str, str]:
+    """Iceberg table properties that write columns `plain` without a dictionary and `unbounded` without min/max
+    statistics (nested fields by their dotted path; a column the table lacks is ignored). Why: a dictionary of
+    values unique to a row is tried on every value and given up, and bounds of a text that is the same in every
+    row prune nothing; both are work per value and column."""
+    return {**{f"write.parquet.dict-encoding-enabled.column.{name}": "false" for name in plain},
+            **{f"write.parquet.stats-enabled.column.{name}": "false" for name in unbounded}}
+
+
 @dataclass(frozen=True)
 class IcebergAppender:
     spark: SparkSession
     namespace: str  # <catalog>.<namespace> (each a plain identifier: the configuration checks them)
+    properties: Mapping[str, str] = field(default_factory=dict)  # beside `CREATED`, what every table it creates gets
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
@@ -83,7 +93,7 @@ class IcebergAppender:
             writer.append()
         else:
             create = writer.using("iceberg")
-            for key, value in {**CREATED, **(created() if created is not None else {})}.items():
+            for key, value in self.creating(created).items():
                 create = create.tableProperty(key, value)
             if partition_by_source_time:
                 create = create.partitionedBy(partitioning.days("_source_ts"))
@@ -95,6 +105,10 @@ class IcebergAppender:
                 # another writer created the table meanwhile: append to it (or skip, if it holds this batch)
                 return self.append(rows, name, writer_id, batch_id, partition_by_source_time, properties, created)
         return Appended(f"{self.namespace}.{name}", int(written.get["rows"]), skipped=False)
+
+    def creating(self, created: Created | None) -> dict[str, str]:
+        """The properties of a table an append creates: `CREATED`, the appender's, then `created()`'s."""
+        return {**CREATED, **self.properties, **(created() if created is not None else {})}
 
     def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
         table = quote(*self.namespace.split("."), name)
@@ -183,7 +197,7 @@ class ManyTablesAppender:
                 session = self.spark._jsparkSession  # type: ignore[attr-defined]
                 loaded = self.many.create(session, table, nullable(schema).json(),
                                           "_source_ts" if partition_by_source_time else None,
-                                          {**CREATED, **(created() if created is not None else {})})
+                                          self.appender.creating(created))
             except Exception:
                 if _loaded(self.spark, table) is None:
                     raise

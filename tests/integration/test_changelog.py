@@ -122,6 +122,25 @@ def test_registry_framed_records_land_in_one_pass(fmt: str, landed_iceberg: dict
     assert source.one_pass == (0 if fmt == "dms-json" else landed) and landed > 0
 
 
+def test_the_change_records_positions_and_constant_texts_are_written_without_a_dictionary(
+        landed_iceberg: dict[str, Landed], spark) -> None:
+    """As `cdc.normalize` sorts its fields: positions and constant texts with no dictionary, constant texts and
+    the transaction id with no min/max; the source's own columns as Parquet writes by default."""
+    import pyarrow.parquet as pq
+
+    for fmt, source in landed_iceberg.items():
+        table = f"{source.cfg.catalog.name}.changelog.{source.prefix}_employee"
+        path = spark.sql(f"SELECT file_path FROM {table}.files WHERE record_count > 10 LIMIT 1").first()[0]
+        meta = pq.ParquetFile(path.removeprefix("file:")).metadata
+        chunks = {chunk.path_in_schema: chunk for chunk in map(meta.row_group(0).column, range(meta.num_columns))}
+        for name in ("_seq.source_major", "_transport.offset", "_source.table", "_transport.topic"):
+            assert not chunks[name].has_dictionary_page, (fmt, name)
+        assert chunks["employee_id"].has_dictionary_page and chunks["_op"].has_dictionary_page, fmt
+        for name in ("_source.table", "_source.db", "_schema_id", "_source.tx_id"):
+            assert not chunks[name].is_stats_set, (fmt, name)
+        assert chunks["employee_id"].is_stats_set and chunks["_seq.transport_offset"].is_stats_set, fmt
+
+
 @pytest.mark.parametrize(("fmt", "lake_format"), [*[(fmt, "iceberg") for fmt in FORMATS], ("debezium", "delta")])
 def test_changes_land_once_and_poison_goes_to_dead_letters(fmt: str, lake_format: str, spark, request) -> None:
     source: Landed = request.getfixturevalue(f"landed_{lake_format}")[fmt]  # only the lake formats asked for

@@ -49,7 +49,8 @@ from cdc import decode, dms_tables, framing, native
 from cdc.columns import lake_column
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
-from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, read_schema, rejections
+from cdc.normalize import (CONSTANT_TEXTS, POSITIONS, TRANSPORT_EXTRAS, UNBOUNDED, any_rejection, detect_format,
+                           normalize, read_schema, rejections)
 from pipeline.stages.changelog import quiet
 from pipeline.stages.changelog.quiet import QuietTopic
 from pipeline.stages.changelog.report import BatchReport
@@ -58,7 +59,7 @@ from pipeline.runtime.hadoop_files import read_text, write_text
 from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import (BATCH_STARTED, SOURCE_PROPERTY, Appended, Appender, Created, DeltaAppender,
-                           IcebergAppender, ManyTablesAppender, Staged)
+                           IcebergAppender, ManyTablesAppender, Staged, parquet_hints)
 from tables.glue_delta import DeltaGlue
 from tables.keys import DMS_TABLE_DEF_PROPERTY, keys_property, stored_keys
 from tables.lake import create_namespace, lake_table, table_names
@@ -173,7 +174,8 @@ class Landing:
         delta_root = f"{cfg.lake.delta_root}/{cfg.changelog.namespace}"
         self.target = f"delta tables under {delta_root}" if cfg.lake.format == "delta" else f"iceberg {self.namespace}"
         self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
-                                   else IcebergAppender(spark, self.namespace))
+                                   else IcebergAppender(spark, self.namespace,
+                                                        parquet_hints((*POSITIONS, *CONSTANT_TEXTS), UNBOUNDED)))
         self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
         self._has_native: bool | None = None  # the session has `cdc/native.py`'s function (asked once)
         self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
