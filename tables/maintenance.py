@@ -1,8 +1,10 @@
 """Table maintenance for both formats: compaction, snapshot expiry that keeps a time-travel window, and
 removal of files no snapshot references.
 
-- Iceberg: the `rewrite_data_files`, `expire_snapshots` and `remove_orphan_files` procedures. Expiry spares
-  the snapshots named in `keep` (the commits mirror watermarks point at), so incremental reads stay incremental.
+- Iceberg: the `rewrite_data_files`, `expire_snapshots` and `remove_orphan_files` procedures. The rewrite applies
+  position deletes (a fold's, `tables/pending.py`) to the files it rewrites and drops the delete files left
+  pointing at none. Expiry spares the snapshots named in `keep` (the commits mirror watermarks point at), so
+  incremental reads stay incremental.
 - Delta: `OPTIMIZE` (compaction), then `VACUUM`, which deletes the files of versions older than the window and
   files no version references (Delta keeps the versions' log entries until its own log retention).
 """
@@ -65,7 +67,8 @@ def _iceberg(table: IcebergLakeTable, settings: MaintenanceSettings, cutoff: dat
     system, name = f"{quote(catalog)}.system", sql_string(quote(catalog, table.namespace, table.name))
     rewrite = spark.sql(
         f"CALL {system}.rewrite_data_files(table => {name}, options => map("
-        f"'target-file-size-bytes', '{settings.target_file_mb * 1024 * 1024}', 'min-input-files', '2'))").first()
+        f"'target-file-size-bytes', '{settings.target_file_mb * 1024 * 1024}', 'min-input-files', '2', "
+        f"'remove-dangling-deletes', 'true'))").first()
     spared = set(keep) | {table.commit_id()}
     # from the metadata file (one py4j call), not from `<table>.snapshots` (a Spark job a table)
     expired = [snapshot for snapshot in table.commits_before(cutoff.timestamp() * 1000) if snapshot not in spared]

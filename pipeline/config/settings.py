@@ -414,7 +414,8 @@ class MirrorSettings(_Section):
                                          "bucket(N, col), years/months/days/hours(col) (Iceberg)")
     delete_mode: Literal["soft", "hard"] = "soft"
     write_mode: Literal["copy-on-write", "merge-on-read"] = Field(
-        "copy-on-write", description="row-level writes of new mirrors (Delta: merge-on-read = deletion vectors)")
+        "copy-on-write", description="row-level writes of new mirrors (Delta: merge-on-read = deletion vectors); "
+        "the pending layout's fold merges on read whatever this says")
     layout: Literal["pending", "merge"] = Field(
         "pending", description="Iceberg mirrors: pending = append the changes, fold them in at maintenance (cost "
         "follows the changes); merge = MERGE into the table each run (cost follows the table). Delta: merge")

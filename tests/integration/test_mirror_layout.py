@@ -111,6 +111,12 @@ def _pyiceberg_state(cfg: PipelineConfig, name: str) -> dict[int, dict]:
     return {row["id"]: {c: spark_like(row[c]) for c in (*TABLE_COLUMNS, *TOMBSTONE)} for row in rows.to_pylist()}
 
 
+def _base_summary(cfg: PipelineConfig, spark, name: str) -> dict[str, str]:
+    """The summary of the base's newest snapshot."""
+    base = lake_table(cfg, spark, cfg.mirror.namespace, name).ref
+    return dict(spark.sql(f"SELECT summary FROM {base}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0])
+
+
 def _setup(cfg: PipelineConfig, spark, **mirror) -> tuple[PipelineConfig, str, IcebergAppender]:
     cfg, names, appender = _setup_tables(cfg, spark, 1, **mirror)
     return cfg, names[0], appender
@@ -160,6 +166,8 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
         if number == 3:
             assert fold(cfg, spark, name) > 0  # a fold in the middle changes nothing a reader sees
             assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
+            folded = _base_summary(cfg, spark, name)  # merged on read: position deletes, no rewrite of the base
+            assert int(folded.get("added-position-delete-files", 0)) > 0 and "deleted-data-files" not in folded
             assert _state(mirror_state(cfg, spark, name)) == expected
             assert _pyiceberg_state(cfg, name) == expected
     # Re-running the last batch's changes (a lost watermark) and folding twice change nothing either.
@@ -167,6 +175,8 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
     stage.merge_table(name)
     reports = maintain_lake(cfg, spark, [name])
     assert len(reports) == 3  # the changelog, the pending table and the base
+    base_ref = lake_table(cfg, spark, cfg.mirror.namespace, name).ref  # compacted: no delete file is left
+    assert spark.sql(f"SELECT count(*) FROM {base_ref}.delete_files").first()[0] == 0
     assert fold(cfg, spark, name) == 0
     expected = _model(landed, delete_mode)
     base = lake_table(cfg, spark, cfg.mirror.namespace, name).read()
