@@ -7,7 +7,8 @@ keys skewed to recent rows (80% of the updates and deletes hit the newest 5% of 
 compared with the changelog append of the same changes (timed in the same run), and each size with the naive
 way (rebuild the state from the whole changelog with a window function and overwrite). Growth is the merge's
 time at the largest size over its time at the smallest. In the pending layout it then times the fold that
-`pipeline maintain` runs: the pending changes of both merges written into the base.
+`pipeline maintain` runs (the pending changes of both merges written into the base, merged on read) and the
+compaction of the base that follows it.
 
 The product's default settings (`mirror.layout`, `mirror.write_mode`); the mirror is bucketed by its key, as a
 data engineer lays out a large mirror served by key (`--partition-by`, '' for none; Delta takes columns only:
@@ -17,7 +18,8 @@ bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--partition-by "b
 The SCD2 mirror of the same changelog (`mirror.scd_type = 2`) is built and merged into too, and its line
 (`scd2: 100k into 10M in <s> s, <x>x the append, growth <x> (uniform); fold <s> s, growth <x>`) comes before the
 summary. Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
-<x> (skewed), first build <x>x the rebuild` (the largest size's).
+<x> (skewed), first build <x>x the rebuild, fold <x>x the rebuild (10M), growth <x>` (the largest size's; the
+fold's growth from the smallest size).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pipeline.runtime.spark import get_spark  # noqa: E402
 from pipeline.stages.mirror import MirrorStage  # noqa: E402
 from tables.append import Appender, DeltaAppender, IcebergAppender  # noqa: E402
 from tables.lake import lake_table  # noqa: E402
+from tables.maintenance import maintain  # noqa: E402
 from tables.pending import fold, pending_table  # noqa: E402
 
 TABLE = "bench_artists"
@@ -115,6 +118,8 @@ def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
     if pending_table(cfg, spark, TABLE) is not None:
         figures["fold"] = timed(f"{short(rows)}: fold of {short(count * len(DISTRIBUTIONS))} pending changes",
                                 lambda: fold(cfg, spark, TABLE))
+        figures["compaction"] = timed(f"{short(rows)}: compaction after the fold", lambda: maintain(
+            lake_table(cfg, spark, cfg.mirror.namespace, TABLE), cfg.maintenance))
     figures["rebuild"] = timed(f"{short(rows)}: naive rebuild from the changelog", lambda: rebuild(spark, cfg))
     figures.update(history_figures(spark, cfg, appender, rows, count, next_key))
     return figures
@@ -178,7 +183,8 @@ def main() -> None:
     for rows, figures in results.items():
         print(f"{short(rows)}: " + ", ".join(
             f"{d} merge {figures[f'merge {d}']:.1f} s = {figures[f'merge {d}'] / figures[f'append {d}']:.1f}x the append"
-            for d in DISTRIBUTIONS) + (f", fold {figures['fold']:.1f} s" if "fold" in figures else "")
+            for d in DISTRIBUTIONS) + (f", fold {figures['fold']:.1f} s = {figures['fold'] / figures['rebuild']:.2f}x the "
+                                       f"rebuild, compaction {figures['compaction']:.1f} s" if "fold" in figures else "")
             + f", rebuild {figures['rebuild']:.1f} s, first build {figures['first build']:.1f} s = "
               f"{figures['first build'] / figures['rebuild']:.2f}x the rebuild")
     scd2 = large["scd2 merge"]
@@ -191,7 +197,9 @@ def main() -> None:
           f"{merge / large['append uniform']:.1f}x the append, {large['rebuild'] / merge:.1f}x faster than a rebuild, "
           f"growth {merge / small['merge uniform']:.2f} (uniform), "
           f"{large['merge skewed'] / small['merge skewed']:.2f} (skewed), "
-          f"first build {large['first build'] / large['rebuild']:.2f}x the rebuild")
+          f"first build {large['first build'] / large['rebuild']:.2f}x the rebuild"
+          + (f", fold {large['fold'] / large['rebuild']:.2f}x the rebuild ({short(sizes[-1])}), growth "
+             f"{large['fold'] / small['fold']:.2f}" if "fold" in large else ""))
 
 
 if __name__ == "__main__":
