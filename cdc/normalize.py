@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 META_COLUMNS = ("_op", "_is_deleted", "_source_ts", "_seq", "_source", "_transport", "_schema_id", "_unchanged")
 # The change record's fields by their values, for how they are written (`tables.append.parquet_hints`): positions,
-# nearly one a row, and texts that are the same in every row of a table (or of a writer schema); a transaction's
-# id, a handful a batch. A dictionary of the first two is work per value for nothing; bounds of the last two prune
+# nearly one a row; texts that are the same in every row of a table (or of a writer schema); and a transaction's id,
+# shared by its changes. A dictionary of the first two is work per value for nothing; bounds of the last two prune
 # no query.
 POSITIONS = ("_seq.source_major", "_seq.source_minor", "_seq.transport_offset", "_transport.offset")
 CONSTANT_TEXTS = ("_source.connector", "_source.format", "_source.db", "_source.schema", "_source.table",

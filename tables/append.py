@@ -65,7 +65,7 @@ def parquet_hints(plain: Iterable[str], unbounded: Iterable[str]) -> dict[str, s
 class IcebergAppender:
     spark: SparkSession
     namespace: str  # <catalog>.<namespace> (each a plain identifier: the configuration checks them)
-    properties: Mapping[str, str] = field(default_factory=dict)  # beside `CREATED`, what every table it creates gets
+    table_properties: Mapping[str, str] = field(default_factory=dict)  # beside `CREATED`, every table it creates gets
 
     def append(self, rows: DataFrame, name: str, writer_id: str, batch_id: int,
                partition_by_source_time: bool = True, properties: Mapping[str, str] | None = None,
@@ -108,7 +108,7 @@ class IcebergAppender:
 
     def creating(self, created: Created | None) -> dict[str, str]:
         """The properties of a table an append creates: `CREATED`, the appender's, then `created()`'s."""
-        return {**CREATED, **self.properties, **(created() if created is not None else {})}
+        return {**CREATED, **self.table_properties, **(created() if created is not None else {})}
 
     def holds(self, name: str, writer_id: str, batch_id: int) -> bool:
         table = quote(*self.namespace.split("."), name)
