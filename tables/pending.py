@@ -32,7 +32,8 @@ log = structlog.get_logger(__name__)
 
 WATERMARK = "pipeline.mirror.changelog-commit"  # commit metadata: the changelog commit a mirror merged through
 # The fold's MERGE writes position deletes and the new rows, not every file a pending change touches: with keys
-# spread at random that was the whole base each fold. `pipeline maintain` compacts right after (docs/mirror.md).
+# spread at random that was the whole base each fold. An SCD2 fold's MERGE then reads only its keys and
+# `_seq_from` (every value comes from the rebuilt versions). `pipeline maintain` compacts right after (docs/mirror.md).
 FOLD_MERGE = {"write.merge.mode": "merge-on-read"}
 
 
@@ -157,6 +158,8 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
         return 0
     keys, columns = overlay_keys(cfg, name), state_columns(base)
     changes = f"{pending.ref} VERSION AS OF {through}"  # the pending changes as of the commit folded
+    if any(base.properties().get(key) != value for key, value in FOLD_MERGE.items()):
+        base.set_properties(FOLD_MERGE)  # a base made before the fold merged on read
     if cfg.mirror.scd_type_of(name) == 2:
         count = write_versions(cfg, spark, base, changes, {WATERMARK: merged[1]} if merged else {})
         pending.remove_files_of(through)
@@ -166,8 +169,6 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     resolved = spark.sql(pending_resolved_sql(columns, keys, changes)).localCheckpoint()
     count = resolved.count()
     if count:
-        if any(base.properties().get(key) != value for key, value in FOLD_MERGE.items()):
-            base.set_properties(FOLD_MERGE)  # a base made before the fold merged on read
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
         with session_conf(spark, merge_join_conf(cfg, name, keys)):
             base.merge(resolved, fold_clauses([*columns, UNCHANGED], keys, cfg.mirror.delete_mode),

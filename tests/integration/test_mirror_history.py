@@ -15,7 +15,7 @@ from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
 from tables.append import DeltaAppender, IcebergAppender
 from tables.lake import lake_table
 from tables.pending import fold, mirror_state, pending_table
-from tests.integration.test_mirror_layout import SCHEMA, TABLE_COLUMNS, _change, _random_batches
+from tests.integration.test_mirror_layout import SCHEMA, TABLE_COLUMNS, _base_summary, _change, _random_batches
 
 pytestmark = pytest.mark.integration
 
@@ -95,6 +95,8 @@ def test_versions_equal_the_model_with_late_and_duplicate_changes_folds_and_reru
         if number == 2:
             assert fold(cfg, spark, name) > 0  # a fold in the middle changes nothing a reader sees
             assert _state(mirror_state(cfg, spark, name)) == expected
+            folded = _base_summary(cfg, spark, name)  # merged on read: position deletes, no rewrite of the base
+            assert int(folded.get("added-position-delete-files", 0)) > 0 and "deleted-data-files" not in folded
     views = f"{cfg.catalog.name}.{cfg.mirror.namespace}.{name}"
     assert _state(spark.table(f"{views}_history")) == expected
     current = {k: r for k, r in expected.items() if r["_is_current"] and not r["_is_deleted"]}
@@ -106,7 +108,9 @@ def test_versions_equal_the_model_with_late_and_duplicate_changes_folds_and_reru
     _land(spark, appender, name, batches[-1], len(batches))
     stage.merge_table(name)
     maintain_lake(cfg, spark, [name])
-    assert _state(lake_table(cfg, spark, cfg.mirror.namespace, name).read()) == expected
+    base = lake_table(cfg, spark, cfg.mirror.namespace, name)
+    assert _state(base.read()) == expected
+    assert spark.sql(f"SELECT count(*) FROM {base.ref}.delete_files").first()[0] == 0  # compacted
     assert all(r.changes == 0 for r in stage.run_once())
     # Time travel to a pending commit: the versions readers saw then.
     assert _state(query(cfg, spark, f"SELECT * FROM {cfg.mirror.namespace}.{name}", as_of=str(then[0]))) == then[1]
