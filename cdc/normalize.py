@@ -110,13 +110,19 @@ def _normalized(fmt: str, db: str, reader: str | None, schema: StructType) -> tu
     # whole normalising projection ran interpreted (the columns' names are never empty)
     toasted = [F.when(found, F.lit(lake_column(name))).otherwise(F.lit("")) for name, found in placeholders.items()]
     unchanged = F.array_remove(F.array(*toasted), "") if toasted else F.array().cast("array<string>")
-    seq_major, seq_minor = meta.pop("_seq_major"), meta.pop("_seq_minor")
+    return (*row, *record_columns(meta, schema, unchanged))
+
+
+def record_columns(meta: dict[str, Column], schema: StructType, unchanged: Column) -> tuple[Column, ...]:
+    """The change record's own columns, after the row's: from `meta` (`_op`, `_deleted`, `_source_ts`,
+    `_seq_major`, `_seq_minor`, `_source`) and the transport's columns of an input of `schema` (`topic`,
+    `partition`, `offset`, `timestamp`, `schema_id`, ...)."""
     return (
-        *row,
         meta["_op"].alias("_op"),
         meta["_deleted"].alias("_is_deleted"),  # Iceberg reserves `_deleted` for a metadata column
         meta["_source_ts"].alias("_source_ts"),
-        F.struct(seq_major.cast("long").alias("source_major"), seq_minor.cast("long").alias("source_minor"),
+        F.struct(meta["_seq_major"].cast("long").alias("source_major"),
+                 meta["_seq_minor"].cast("long").alias("source_minor"),
                  F.col("partition").alias("transport_partition"), F.col("offset").alias("transport_offset"),
                  ).alias("_seq"),
         meta["_source"].alias("_source"),
@@ -192,8 +198,10 @@ def _file(schema: StructType) -> Column:
     return F.col("file") if "file" in schema.fieldNames() else F.lit(None).cast("string")
 
 
-def _source(fmt: str, connector: Column, db: Column, schema: Column, table: Column, tx_id: Column,
-            snapshot: Column) -> Column:
+def source_struct(fmt: str, connector: Column, db: Column, schema: Column, table: Column, tx_id: Column,
+                  snapshot: Column) -> Column:
+    """The `_source` struct: the connector and format, where the table lives, its transaction, whether a snapshot
+    read it."""
     return F.struct(connector.alias("connector"), F.lit(fmt).alias("format"), db.alias("db"), schema.alias("schema"),
                     table.alias("table"), tx_id.cast("string").alias("tx_id"), snapshot.alias("snapshot"))
 
@@ -222,8 +230,8 @@ def _debezium(schema: StructType, db: str, fmt: str) -> Parts:
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(
             F.coalesce(last_commit_lsn, v["source"]["lsn"])),
         "_seq_minor": F.coalesce(event_lsn, v["source"]["lsn"]),
-        "_source": _source(fmt, v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
-                           v["source"]["table"], v["source"]["txId"], snapshot),
+        "_source": source_struct(fmt, v["source"]["connector"], v["source"]["db"], v["source"]["schema"],
+                                 v["source"]["table"], v["source"]["txId"], snapshot),
     }
     return image, _row_type(schema, "v.after"), meta
 
@@ -246,8 +254,8 @@ def _unwrapped(schema: StructType, db: str, fmt: str) -> Parts:
         "_source_ts": F.timestamp_millis(v["__source_ts_ms"]),
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(v["__lsn"]),
         "_seq_minor": v["__lsn"],
-        "_source": _source(fmt, F.lit("debezium"), v["__db"], v["__schema"], v["__table"],
-                           F.lit(None), snapshot),
+        "_source": source_struct(fmt, F.lit("debezium"), v["__db"], v["__schema"], v["__table"],
+                                 F.lit(None), snapshot),
     }
     return v, _row_type(schema, "v", exclude=UNWRAPPED_FIELDS), meta
 
@@ -266,8 +274,8 @@ def _dms(schema: StructType, db: str, fmt: str) -> Parts:
         "_source_ts": committed,
         "_seq_major": F.when(snapshot, F.lit(SNAPSHOT_MAJOR)).otherwise(F.unix_micros(built)),
         "_seq_minor": F.coalesce(meta_in["transaction_record_id"], F.lit(0)),
-        "_source": _source(fmt, F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
-                           meta_in["transaction_id"], snapshot),
+        "_source": source_struct(fmt, F.lit("dms"), F.lit(db), meta_in["schema_name"], meta_in["table_name"],
+                                 meta_in["transaction_id"], snapshot),
     }
     return v["data"], _row_type(schema, "v.data"), meta
 

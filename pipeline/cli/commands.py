@@ -225,6 +225,17 @@ def cmd_mirror(cfg: PipelineConfig, args: argparse.Namespace) -> int:
         return EXIT_FAILED
 
 
+def cmd_backfill(cfg: PipelineConfig, args: argparse.Namespace) -> int:
+    from pipeline.runtime.spark import get_spark
+    from pipeline.stages.backfill import Backfill
+
+    report = Backfill(cfg, get_spark(cfg), args.table).run(restart=args.restart)
+    print(report.line())
+    for mirrored in report.mirror:
+        print(mirrored.line())
+    return EXIT_OK
+
+
 def cmd_query(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.ops import timetravel
     from pipeline.runtime.spark import get_spark

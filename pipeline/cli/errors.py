@@ -1,5 +1,7 @@
 """The failures the CLI reports as one clear line instead of a traceback."""
 
+from pipeline.sources.postgres_snapshot import SnapshotError
+from pipeline.stages.backfill import BackfillError
 from pipeline.stages.changelog import StageError
 from pipeline.runtime.cluster import ClusterError
 from pipeline.runtime.jvm import SetupError
@@ -19,5 +21,5 @@ from simulators.transport import TransportError
 KNOWN_ERRORS: tuple[type[Exception], ...] = (
     SetupError, StackError, JavaNotFound, RegistryError, SmokeError, SimulationError, TransportError,
     KafkaUnavailable, StageError, MirrorError, QueryError, SqlServerError, TrinoError, ClusterError,
-    PackageError,
+    PackageError, BackfillError, SnapshotError,
 )

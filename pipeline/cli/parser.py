@@ -119,6 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
                         help="run forever at this cadence, e.g. 30s, 5m, 1h (SIGTERM stops after the current run)")
     mirror.set_defaults(handler=commands.cmd_mirror)
 
+    backfill = subcommands.add_parser("backfill", help="land a PostgreSQL table's rows in its changelog table as a "
+                                      "snapshot (resumable), then build its mirror")
+    backfill.add_argument("--table", required=True, metavar="PREFIX.SCHEMA.TABLE",
+                          help="the table as its Debezium topic names it, e.g. dbserver1.public.customers")
+    backfill.add_argument("--restart", action="store_true",
+                          help="read the table again from its first key (the rows read again are "
+                          "snapshot rows of keys the changelog has: the mirror keeps each key's newest)")
+    backfill.set_defaults(handler=commands.cmd_backfill)
+
     query = subcommands.add_parser("query", help="run SQL on the lake's tables, optionally as of a lake commit")
     query.add_argument("sql")
     query.add_argument("--as-of", help="a snapshot id / Delta version, or a timestamp ('2026-11-22 18:00:00')")

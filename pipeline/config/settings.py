@@ -511,6 +511,27 @@ class MaintenanceSettings(_Section):
                                    "session of its own")
 
 
+class BackfillSettings(_Section):
+    """`pipeline backfill`: the PostgreSQL database a table's snapshot is read from, and how much a commit holds."""
+
+    url: str | None = Field(None, description="JDBC URL of the source database (jdbc:postgresql://host:port/db); "
+                            "defaults to the embedded stack's PostgreSQL")
+    user: str = "postgres"
+    password: SecretStr | None = None
+    batch_rows: int = Field(1_000_000, ge=1, description="rows a commit holds, about: a restart resumes after the "
+                            "last commit")
+    fetch_rows: int = Field(10_000, ge=1, description="rows a task fetches at a time (the JDBC fetch size): what "
+                            "bounds a task's memory")
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_only(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith("jdbc:postgresql://"):
+            raise ValueError("backfill.url must be a jdbc:postgresql://host:port/database URL: backfill reads "
+                             "PostgreSQL tables (other sources snapshot through their CDC tool)")
+        return url
+
+
 class StatusSettings(_Section):
     """`pipeline status`: the freshness bound it reports against (and exits non-zero past)."""
 
@@ -540,6 +561,7 @@ class PipelineConfig(BaseModel):
     mirror: MirrorSettings = MirrorSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
     status: StatusSettings = StatusSettings()
+    backfill: BackfillSettings = BackfillSettings()
 
     @model_validator(mode="before")
     @classmethod
@@ -574,6 +596,9 @@ class PipelineConfig(BaseModel):
         elif catalog.get("type") == "glue" and not catalog.get("warehouse"):
             raise ValueError("catalog.type = 'glue' needs catalog.warehouse (an s3:// location)")
         lake.setdefault("delta_root", (home / "delta").as_uri())
+        backfill = data.setdefault("backfill", {})
+        if isinstance(backfill, dict):
+            backfill.setdefault("url", f"jdbc:postgresql://{stack.host}:{stack.postgres_port}/{stack.postgres_database}")
         changelog = data.setdefault("changelog", {})
         if isinstance(changelog, dict):
             changelog.setdefault("checkpoint", str(home / "checkpoints" / "changelog"))

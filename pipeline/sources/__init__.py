@@ -1,5 +1,6 @@
-"""Streaming sources the pipeline adds to Spark through the Python data source API: `s3-sqs` (S3 objects
-announced on SQS) and `aws-kinesis` (`pipeline/sources/kinesis`)."""
+"""What the pipeline reads besides Spark's own sources: the streaming sources it adds through the Python data source
+API, `s3-sqs` (S3 objects announced on SQS) and `aws-kinesis` (`pipeline/sources/kinesis`), and a PostgreSQL
+table's snapshot read by key ranges for `pipeline backfill` (`postgres_snapshot.py`)."""
 
 from __future__ import annotations
 

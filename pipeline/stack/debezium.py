@@ -29,6 +29,7 @@ class PostgresSource:
     tables: tuple[str, ...]  # schema.table
     unwrap: bool = False
     database: str | None = None  # default: stack.postgres_database
+    snapshot_mode: str = "initial"  # `no_data`: stream only, the rows already there left to `pipeline backfill`
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -57,7 +58,7 @@ def connector_config(cfg: PipelineConfig, source: PostgresSource) -> dict[str, s
         "slot.name": source.name,
         "publication.name": source.publication,
         "publication.autocreate.mode": "filtered",
-        "snapshot.mode": "initial",
+        "snapshot.mode": source.snapshot_mode,
         "skipped.operations": "none",  # truncates too (op = t)
     }
     for side in ("key", "value"):

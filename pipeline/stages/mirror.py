@@ -25,6 +25,7 @@ from cdc.validate import ChangeError
 from pipeline.api.apply import PendingAppend, apply_changes, apply_pending_together, pending_append
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
+from tables.backfill_state import backfill_running
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
@@ -139,6 +140,11 @@ class MirrorStage:
         quiet = {name: TableReport(name, 0, 0, 0, at.merged, at.seconds) for name, at in positions.items()
                  if at is not None and at.through is not None and at.merged == at.through}
         log.info("mirror.up_to_date", tables=len(quiet), of=len(names))
+        backfilling = self.backfilling([name for name in names if name not in quiet])
+        if backfilling:
+            log.warning("mirror.backfill_running", tables=sorted(backfilling),
+                        hint="`pipeline backfill` mirrors them once their snapshot has landed")
+            names = [name for name in names if name not in backfilling]
         self.cfg, keyless = with_table_keys(self.cfg, self.spark, [name for name in names if name not in quiet])
         self.settings = self.cfg.mirror
         names = [name for name in names if name not in keyless]
@@ -185,6 +191,16 @@ class MirrorStage:
 
         return dict(zip(names, self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup"),
                         strict=True))
+
+    def backfilling(self, names: list[str]) -> set[str]:
+        """The tables of `names` whose snapshot `pipeline backfill` is landing (`tables/backfill_state.py`): they
+        are left alone until it is done. A table property each, `mirror.concurrent_lookups` tables at a time."""
+        def running(name: str) -> bool:
+            table = self._changelog(name)
+            return table.exists() and backfill_running(table.properties())
+
+        found = self._sessions.map(running, names, self.settings.concurrent_lookups, "mirror-backfill")
+        return {name for name, is_running in zip(names, found, strict=True) if is_running}
 
     def merge_together(self, names: list[str], positions: dict[str, Position | None]) -> dict[str, TableReport]:
         """The tables of `names` whose new changes only append to their mirror's pending table (an Iceberg mirror

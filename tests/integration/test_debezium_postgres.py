@@ -3,13 +3,18 @@
 
 The same seeded DML (inserts, updates, deletes, re-inserts, TOAST-unchanged updates, an added column, a truncate,
 primary-key changes) runs in two databases, each captured by one connector: the full envelope and the unwrap SMT
-(without the truncate, which that transform drops).
+(without the truncate, which that transform drops). A third database is captured without a snapshot
+(`snapshot.mode=no_data`) and its rows taken by `pipeline backfill`, killed once, with DML before and after it.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
@@ -18,6 +23,7 @@ import fastavro
 import pytest
 import requests
 
+from pipeline.stages.backfill import Backfill, BackfillError, BackfillReport
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorStage
@@ -26,7 +32,7 @@ from pipeline.stack.debezium import PostgresSource, register, unregister, wait_f
 from pipeline.stack.psql import Psql
 from simulators.postgres import KEYS, ShopDriver, Summary, compare_mirror
 from tables.lake import lake_table
-from tests.conftest import PORT_OFFSET, make_config
+from tests.conftest import PORT_OFFSET, PROCESS_SETTINGS, REPO, make_config
 
 pytestmark = pytest.mark.integration
 
@@ -190,3 +196,159 @@ def test_toast_placeholders_never_reach_the_mirror(captured: Captured, mirrored:
                            f"{captured.runs[shape].source.topic_prefix}_customers").read()
     assert customers.where(f"notes = '{PLACEHOLDER}'").count() == 0
     assert customers.where("NOT _is_deleted AND length(notes) > 1000").count() > 0  # the large values themselves
+
+
+# -- pipeline backfill ------------------------------------------------------------------------------------
+
+BACKFILLED = ("customers", "orders")
+REFUSED_DDL = """
+CREATE TABLE keyless (a int, b text);
+CREATE TABLE loose (id int PRIMARY KEY, code text, label text UNIQUE);
+CREATE TABLE spans (id int PRIMARY KEY, took interval);
+CREATE TABLE notes (id int PRIMARY KEY, body text);
+"""
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    cfg: PipelineConfig
+    source: PostgresSource
+    psql: Psql
+    at_backfill: dict[str, int]  # each table's rows when its backfill ran
+    killed_after: int  # rows of orders the killed process had committed
+    resumed: BackfillReport  # the run after the kill
+    mirrored_while_running: list[str]  # what a mirror run merged while the orders' backfill was half done
+
+    def lake(self, table: str) -> str:
+        return f"{self.source.topic_prefix}_{table}"
+
+    def topic(self, table: str) -> str:
+        return f"{self.source.topic_prefix}.public.{table}"
+
+
+@pytest.fixture(scope="module")
+def backfilled(postgres_cfg: PipelineConfig, spark, tmp_path_factory) -> Iterator[Backfilled]:
+    """A database whose connector streams without a snapshot, the rows it held taken by `pipeline backfill`.
+
+    DML runs before the backfill (landed in the changelog first) and after it (landed after it). The orders'
+    backfill runs as `pipeline backfill` in a process of its own, in batches of ~200 rows, SIGKILLed once it has
+    logged its second batch; a mirror run then (the backfill half done) and the backfill run again here. The
+    customers' (TOASTed notes, every semantic type) runs here once."""
+    tag = uuid.uuid4().hex[:6]
+    database = f"shop_bf_{tag}"
+    source = PostgresSource(f"bf_{tag}", f"pgbf{tag}", tuple(f"public.{t}" for t in (*BACKFILLED, "notes")),
+                            database=database, snapshot_mode="no_data")
+    Psql(postgres_cfg.stack, "postgres").execute(f"CREATE DATABASE {database};")
+    psql = Psql(postgres_cfg.stack, database)
+    driver = ShopDriver(psql, seed=31)
+    driver.create(customers=150, orders=1500)
+    psql.execute(REFUSED_DDL)
+    url = f"jdbc:postgresql://{postgres_cfg.stack.host}:{postgres_cfg.stack.postgres_port}/{database}"
+    settings = [f"backfill.url={url}", "backfill.batch_rows=200"]
+    cfg = make_config(*settings, f"stack.postgres_port={postgres_cfg.stack.postgres_port}",
+                      f"stack.connect_port={postgres_cfg.stack.connect_port}")
+    changelog = cfg.changelog.model_copy(update={"topic_pattern": rf"{source.topic_prefix}\..*",
+                                                 "checkpoint": str(tmp_path_factory.mktemp("checkpoint"))})
+    cfg = cfg.model_copy(update={"changelog": changelog})
+    register(postgres_cfg, source)
+    psql.execute("INSERT INTO notes VALUES (1, 'a'), (2, 'b');")  # streamed: `notes` is mirrored from its stream alone
+    try:
+        def stream(operations: int, truncate: bool) -> None:
+            driver.run(operations=operations, truncate=truncate)
+            wait_flushed(postgres_cfg, source.name, driver.mark_end())
+            ChangelogStage(cfg, spark).run(until_caught_up=True)
+
+        stream(120, truncate=False)  # lands before the backfill: the changelog tables exist, with the record key
+        at_backfill = {table: psql.rows(f"SELECT count(*) AS n FROM {table}")[0]["n"] for table in BACKFILLED}
+        command = [sys.executable, "-m", "pipeline", "--log-format", "json", *[f"--set={s}" for s in PROCESS_SETTINGS],
+                   *[f"--set={s}" for s in settings], "backfill", "--table", f"{source.topic_prefix}.public.orders"]
+        process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        assert process.stdout is not None
+        batches = []
+        for line in process.stdout:
+            if '"backfill.batch"' in line:
+                batches.append(json.loads(line))
+                if len(batches) == 2:
+                    break
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+        assert len(batches) == 2, "the backfill process ended before its second batch"
+        orders = f"{source.topic_prefix}_orders"
+        mirrored_while_running = [r.table for r in MirrorStage(cfg, spark).run_once([orders])]
+        resumed = Backfill(cfg, spark, f"{source.topic_prefix}.public.orders").run()
+        Backfill(cfg, spark, f"{source.topic_prefix}.public.customers").run()
+        stream(150, truncate=True)  # lands after it: updates (TOAST left out), deletes, a truncate of orders
+        MirrorStage(cfg, spark).run_once([f"{source.topic_prefix}_{t}" for t in BACKFILLED])
+        yield Backfilled(cfg, source, psql, at_backfill, batches[-1]["rows_total"], resumed, mirrored_while_running)
+    finally:
+        unregister(postgres_cfg, source)
+
+
+def _snapshot_rows(backfilled: Backfilled, spark, table: str):  # type: ignore[no-untyped-def]
+    changelog = lake_table(backfilled.cfg, spark, backfilled.cfg.changelog.namespace, backfilled.lake(table)).read()
+    return changelog.where("_source.format = 'backfill'")
+
+
+@pytest.mark.parametrize("table", BACKFILLED)
+def test_a_backfill_lands_each_row_once_though_killed(backfilled: Backfilled, spark, table: str) -> None:
+    """No DML ran during the backfills, so each row the table held was read once: as many snapshot rows as
+    distinct keys as the table held, in batches committed once each, the killed run's and the resumed run's."""
+    key = KEYS[table]
+    rows, keys, batches, commits = _snapshot_rows(backfilled, spark, table).selectExpr(
+        "count(*)", f"count(DISTINCT {key})", "count(DISTINCT _batch_id)", "max(_batch_id) + 1").first()
+    assert (rows, keys) == (backfilled.at_backfill[table], backfilled.at_backfill[table])
+    assert batches == commits  # batch ids 0..n-1, none skipped
+    if table == "orders":
+        assert 0 < backfilled.killed_after < rows
+        assert backfilled.resumed.landed == rows - backfilled.killed_after
+        assert backfilled.resumed.rows == rows
+
+
+def test_a_half_done_backfill_is_not_mirrored(backfilled: Backfilled) -> None:
+    assert backfilled.mirrored_while_running == []
+
+
+@pytest.mark.parametrize("table", BACKFILLED)
+def test_a_backfilled_mirror_equals_select_star(backfilled: Backfilled, spark, table: str) -> None:
+    """The snapshot's rows and the stream's, landed before and after them, make the source's rows: values, types,
+    TOASTed texts that later updates left out, the truncate, the column added before the backfill."""
+    cfg = backfilled.cfg  # the mirror learned its key; the comparison's overlay is told it
+    cfg = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"keys": {backfilled.lake(table): KEYS[table]}})})
+    comparison = compare_mirror(cfg, spark, backfilled.psql, table, backfilled.lake(table))
+    report = "\n".join(comparison.lines())
+    assert not comparison.type_mismatches, report
+    assert comparison.verdict.mismatches == 0, report
+    assert comparison.verdict.rows > 0
+
+
+def test_a_finished_backfill_lands_nothing_again(backfilled: Backfilled, spark) -> None:
+    again = Backfill(backfilled.cfg, spark, backfilled.topic("orders")).run()
+    assert (again.landed, again.rows) == (0, backfilled.at_backfill["orders"])
+
+
+def test_a_backfill_refuses_what_would_lose_or_double_rows(backfilled: Backfilled, mirrored: PipelineConfig,
+                                                           captured: Captured, spark) -> None:
+    """Each refusal names the table and the fix, before a row is read."""
+    cfg = backfilled.cfg
+
+    def refusal(topic: str, config: PipelineConfig = cfg) -> str:
+        with pytest.raises(BackfillError) as raised:
+            Backfill(config, spark, topic).run()
+        return str(raised.value)
+
+    assert "has no primary key" in refusal(backfilled.topic("keyless"))
+    assert f"mirror.keys.{backfilled.lake('keyless')}" in refusal(backfilled.topic("keyless"))
+    loose = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"keys": {backfilled.lake("loose"): "code"}})})
+    assert "is not unique in public.loose" in refusal(backfilled.topic("loose"), loose)
+    nullable = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"keys": {backfilled.lake("loose"): "label"}})})
+    assert "label may be null in public.loose" in refusal(backfilled.topic("loose"), nullable)
+    assert "took (interval)" in refusal(backfilled.topic("spans"))
+    # Debezium's own snapshot already in the changelog (the module's first database)
+    run = captured.runs["debezium"]
+    url = f"jdbc:postgresql://{cfg.stack.host}:{cfg.stack.postgres_port}/{run.source.database}"
+    theirs = mirrored.model_copy(update={"backfill": cfg.backfill.model_copy(update={"url": url})})
+    assert "already holds a snapshot" in refusal(f"{run.source.topic_prefix}.public.customers", theirs)
+    # a mirror merged from the stream alone: `notes` (its rows streamed, none backfilled)
+    MirrorStage(cfg, spark).run_once([backfilled.lake("notes")])
+    assert "already holds rows merged from" in refusal(backfilled.topic("notes"))

@@ -14,6 +14,7 @@ def test_defaults_point_at_the_embedded_stack(tmp_path: Path) -> None:
     assert cfg.catalog.uri == f"jdbc:sqlite:{tmp_path / 'catalog.db'}"
     assert cfg.catalog.warehouse == (tmp_path / "warehouse").as_uri()
     assert cfg.jars_dir == tmp_path / "jars"
+    assert cfg.backfill.url == "jdbc:postgresql://127.0.0.1:5432/shop"
 
 
 def test_precedence_file_then_environment_then_flags(tmp_path: Path) -> None:
@@ -43,6 +44,8 @@ def test_config_file_from_the_environment(tmp_path: Path) -> None:
         ("catalog.type=glue", "needs catalog.warehouse"),
         ("stack.moto_port=9092", "ports must be distinct"),
         ("no-equals-sign", "must look like section.key=value"),
+        ("backfill.url=jdbc:mysql://db/shop", "backfill.url must be a jdbc:postgresql://"),
+        ("backfill.batch_rows=0", "invalid setting 'backfill.batch_rows'"),
     ],
 )
 def test_bad_settings_fail_with_their_name(override: str, message: str) -> None:
@@ -76,7 +79,8 @@ def test_empty_master_defers_to_spark_submit() -> None:
 
 
 def test_secrets_never_appear_in_the_dump() -> None:
-    cfg = load_config(overrides=["registry.password=hunter2", "registry.username=me"], environ={})
+    cfg = load_config(overrides=["registry.password=hunter2", "registry.username=me", "backfill.password=hunter2"],
+                      environ={})
     assert "hunter2" not in cfg.model_dump_json()
     assert cfg.registry.password is not None and cfg.registry.password.get_secret_value() == "hunter2"
 
