@@ -223,7 +223,7 @@ class Backfill:
             rows = self._changes(self.snapshot.read(shape.columns, key, batch), shape, position.batch)
             done = Position(position.batch + 1, batch[-1][1], position.rows, complete=first + tasks >= len(ranges))
             appended = self.appender.append(
-                stamped(rows, position.batch), self.name, WRITER, position.batch, properties=done.committed(),
+                rows, self.name, WRITER, position.batch, properties=done.committed(),
                 created=lambda: {SOURCE_PROPERTY: str(self.source), **keys_property([lake_column(c.name) for c in key]),
                                  **backfill_property(RUNNING)}).rows
             landed += appended
@@ -235,15 +235,16 @@ class Backfill:
         return position
 
     def _changes(self, rows: DataFrame, shape: TableShape, batch: int) -> DataFrame:
-        """The snapshot's rows as change records: snapshot reads of the source table, ordered before every
-        streamed change (and among themselves by batch, then row)."""
+        """The snapshot's rows as change records, stamped with the batch (`stamped`): snapshot reads of the source
+        table, ordered before every streamed change (and among themselves by batch, then row). The batch and the
+        time come from the stamp's columns, not literals, so every batch runs the same generated code."""
         from pyspark.sql import functions as F
 
-        framed = rows.select(
+        framed = stamped(rows, batch).select(
             F.struct(*[column(name) for name in rows.columns]).alias("row"),
-            F.lit(None).cast("string").alias("topic"), F.lit(batch).cast("int").alias("partition"),
-            F.monotonically_increasing_id().alias("offset"), F.current_timestamp().alias("timestamp"),
-            F.lit(None).cast("string").alias("schema_id"))
+            F.lit(None).cast("string").alias("topic"), F.col("_batch_id").cast("int").alias("partition"),
+            F.monotonically_increasing_id().alias("offset"), F.col("_ingested_at").alias("timestamp"),
+            F.lit(None).cast("string").alias("schema_id"), "_ingested_at", "_batch_id")
         meta = {
             "_op": F.lit("r"), "_deleted": F.lit(False), "_source_ts": F.col("timestamp"),
             "_seq_major": F.lit(SNAPSHOT_MAJOR), "_seq_minor": F.lit(0),
@@ -251,7 +252,8 @@ class Backfill:
                                      F.lit(self.source.table), F.lit(None), F.lit(True)),
         }
         return framed.select(*[F.col("row")[name].alias(name) for name in rows.columns],
-                             *record_columns(meta, framed.schema, F.array().cast("array<string>")))
+                             *record_columns(meta, framed.schema, F.array().cast("array<string>")),
+                             "_ingested_at", "_batch_id")
 
 
 def _ranges(bounds: list[Bound], after: Bound | None) -> list[KeyRange]:
