@@ -110,8 +110,8 @@ class Backfill:
         unsupported = [f"{c.name} ({c.type_name})" for c in shape.columns if not c.supported]
         if unsupported:
             raise BackfillError(f"{self.where} has columns backfill cannot read as their Debezium changes land: "
-                                f"{', '.join(unsupported)}; let the connector take this table's snapshot "
-                                "(snapshot.mode=initial), or cast them in a view")
+                                f"{', '.join(unsupported)}: let the connector take this table's snapshot "
+                                "(snapshot.mode=initial)")
         started = time.monotonic()
         position, ranges = self._position(shape, key, restart)
         first_rows = position.rows
