@@ -54,14 +54,14 @@ def plain(cfg: PipelineConfig, rows: int) -> None:
     """Plain Spark's landing: the table through JDBC in as many key ranges a batch as the backfill reads, appended
     to an Iceberg table as Spark reads it (the bench's own process, run with `--plain`)."""
     from pipeline.runtime.spark import get_spark
+    from pipeline.sources.postgres_snapshot import PostgresSnapshot
 
     spark = get_spark(cfg)
     tasks, batch_rows = spark.sparkContext.defaultParallelism, cfg.backfill.batch_rows
     target = f"{cfg.catalog.name}.plain.{TABLE}"
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.plain")
     spark.sql(f"DROP TABLE IF EXISTS {target} PURGE")
-    options = {"url": str(cfg.backfill.url), "user": cfg.backfill.user, "driver": "org.postgresql.Driver",
-               "fetchsize": str(cfg.backfill.fetch_rows), "preferTimestampNTZ": "true"}
+    options = PostgresSnapshot(spark, cfg.backfill, "public", TABLE).options  # the backfill's connection
     first = 1
     while first <= rows:
         last = min(rows, first + batch_rows - 1)

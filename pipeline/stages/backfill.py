@@ -20,18 +20,17 @@ from typing import TYPE_CHECKING
 import structlog
 
 from cdc.columns import lake_column
-from cdc.normalize import CONSTANT_TEXTS, POSITIONS, SNAPSHOT_MAJOR, UNBOUNDED, record_columns, source_struct
+from cdc.normalize import SNAPSHOT_MAJOR, record_columns, source_struct
 from pipeline.config.settings import PipelineConfig
 from pipeline.sources.postgres_snapshot import Bound, KeyRange, PostgresSnapshot, SourceColumn, TableShape
-from pipeline.stages.changelog.landing import stamped
+from pipeline.stages.changelog.landing import changelog_appender, changelog_owners, stamped
 from pipeline.stages.mirror import MirrorStage, TableReport
-from tables.append import COMMIT_PROPERTY, SOURCE_PROPERTY, IcebergAppender, parquet_hints
+from tables.append import COMMIT_PROPERTY, SOURCE_PROPERTY
 from tables.backfill_state import DONE, RUNNING, backfill_property, backfill_state
 from tables.first_build import is_first_build
 from tables.keys import keys_property
 from tables.lake import IcebergLakeTable, create_namespace, lake_table
 from tables.names import SourceTable, UnmappableName, column, quote, sql_string
-from tables.owners import Owners
 from tables.pending import pending_table
 
 if TYPE_CHECKING:
@@ -91,16 +90,13 @@ class Backfill:
         self.cfg, self.spark, self.source = cfg, spark, source
         self.where = f"{source.schema}.{source.table}"  # as the database names it
         create_namespace(spark, cfg.catalog.name, cfg.changelog.namespace)
-        owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
-                        reserved=cfg.changelog.dead_letter_table)
         try:
-            self.name = owners.claim(source)  # its lake name; refused when another source table holds that table
+            self.name = changelog_owners(cfg, spark).claim(source)  # its lake name; refused when another source table holds that table
         except UnmappableName as exc:
             raise BackfillError(f"{source}: {exc}") from None
         self.snapshot = PostgresSnapshot(spark, cfg.backfill, source.schema, source.table)
         self.table = lake_table(cfg, spark, cfg.changelog.namespace, self.name)
-        self.appender = IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}",
-                                        parquet_hints((*POSITIONS, *CONSTANT_TEXTS), UNBOUNDED))
+        self.appender = changelog_appender(cfg, spark)
 
     def run(self, restart: bool = False) -> BackfillReport:
         """Land the snapshot batch by batch from where the last run stopped (from the first key again with

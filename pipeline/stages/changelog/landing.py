@@ -174,12 +174,10 @@ class Landing:
         delta_root = f"{cfg.lake.delta_root}/{cfg.changelog.namespace}"
         self.target = f"delta tables under {delta_root}" if cfg.lake.format == "delta" else f"iceberg {self.namespace}"
         self.appender: Appender = (DeltaAppender(spark, delta_root) if cfg.lake.format == "delta"
-                                   else IcebergAppender(spark, self.namespace,
-                                                        parquet_hints((*POSITIONS, *CONSTANT_TEXTS), UNBOUNDED)))
+                                   else changelog_appender(cfg, spark))
         self.glue = DeltaGlue.enabled(cfg, spark)  # Delta tables registered in Glue for Athena
         self._has_native: bool | None = None  # the session has `cdc/native.py`'s function (asked once)
-        self.owners = Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
-                             reserved=cfg.changelog.dead_letter_table)
+        self.owners = changelog_owners(cfg, spark)
         self._keys: dict[str, list[str]] = {}  # table -> the key it keeps (or will keep), asked once a process
         self.many = (ManyTablesAppender(self.appender) if isinstance(self.appender, IcebergAppender)
                      and cfg.changelog.one_job_topics else None)  # the quiet topics' one job (`land_topics`)
@@ -823,6 +821,18 @@ def frame_columns(frames: Framing, headers: bool, registry_frames: bool) -> tupl
     if not registry_frames:  # DMS JSON only: no registry frames, no registry lookups
         return F.lit(None).cast("string"), F.lit(False), framing.kind(F.col("schema_id"))
     return frames.schema_id(headers), frames.compressed(), framing.kind(F.col("schema_id"))
+
+
+def changelog_appender(cfg: PipelineConfig, spark: SparkSession) -> IcebergAppender:
+    """Idempotent appends to Iceberg changelog tables, with the change record's Parquet hints."""
+    return IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}",
+                           parquet_hints((*POSITIONS, *CONSTANT_TEXTS), UNBOUNDED))
+
+
+def changelog_owners(cfg: PipelineConfig, spark: SparkSession) -> Owners:
+    """Which source table each changelog table holds (the dead letters' table reserved)."""
+    return Owners(cfg.names.rule(), lambda name: lake_table(cfg, spark, cfg.changelog.namespace, name),
+                  reserved=cfg.changelog.dead_letter_table)
 
 
 def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
