@@ -3,8 +3,8 @@ resolved in one pass (`cdc/build.py`) and written as they come out, in one commi
 
 Why not the incremental path: a first build reads a whole table's changelog, and the incremental path's
 materialisation, the check aggregation, reduce and shuffle into the buckets are each a pass over all of it
-(docs/mirror.md, "The first build"). Here the only shuffle is the window's, by the mirror's key buckets when it is
-bucketed by key, so the write needs none. Then the mirror continues incrementally from the watermark, as after
+(docs/mirror.md, "The first build"). Here the only shuffle is the one that brings each key's changes together, by
+the mirror's key buckets when it is bucketed by key, so the write needs none. Then the mirror continues incrementally from the watermark, as after
 any run; in the pending layout its (empty) pending table is created after the base.
 """
 
@@ -40,10 +40,10 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
 
     name, settings = target.name, cfg.mirror
     pending_layout = settings.layout == "pending"
-    read, written = Observation(f"read_{name}"), Observation(f"written_{name}")
-    observed = changes.observe(read, F.count(F.lit(1)).alias("rows"))
+    written = Observation(f"written_{name}")
     partitions, spread = settings.partition_fields(name), _spread(cfg, name, keys)
-    rows = built(observed, keys, deletes_know_values=not pending_layout, spread=spread)
+    made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread)
+    rows = made.rows
     at = truncates(changes, keys).localCheckpoint()
     if at.first()["_truncates"]:
         rows = truncated(rows, keys, None, at)
@@ -66,7 +66,7 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
         raise
     if pending_layout and pending_table(cfg, spark, name) is None:
         create_pending(cfg, spark, target, target.read())
-    return int(read.get["rows"]), int(written.get["rows"])
+    return made.changes_read(), int(written.get["rows"])
 
 
 def _spread(cfg: PipelineConfig, name: str, keys: list[str]) -> list[Column]:

@@ -236,14 +236,14 @@ class IcebergLakeTable:
         is created by that commit (a failed write leaves none behind); an empty one (another run may have created
         it, `MirrorStage.merge_together`) takes them only if no commit added data since it was seen empty, else
         the write fails with Iceberg's `ValidationException`, a conflict the stage retries. `spread`: the
-        caller's tasks hold whole partitions already (a bucket of the key in one task), so the rows are written as
-        they come, a file open per partition a task meets, with no shuffle into the partitions and no sort by
-        partition; else Iceberg distributes them as any write."""
+        caller's tasks hold whole partitions already, one after another (a bucket of the key in one task, its rows
+        together), so the rows are written as they come, one file open at a time, with no shuffle into the
+        partitions and no sort by partition; else Iceberg distributes them as any write."""
         from pyspark.sql import functions as F
 
         writer = rows.writeTo(self.ref)
         if spread:
-            writer = writer.options(**{"distribution-mode": "none", "fanout-enabled": "true"})
+            writer = writer.options(**{"distribution-mode": "none", "fanout-enabled": "false"})
         with session_conf(self.spark, snapshot_properties(metadata)):
             if not self.exists():
                 _creating(writer, partition_by, write_mode).create()

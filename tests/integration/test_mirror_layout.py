@@ -263,15 +263,15 @@ def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfi
 
 
 @pytest.mark.parametrize("delete_mode", ["soft", "hard"])
-def test_a_small_first_build_resolved_by_its_writing_task_equals_the_window_build(delete_mode: str,
-                                                                                   cfg: PipelineConfig, spark) -> None:
+def test_a_small_first_build_resolved_by_its_writing_task_equals_the_one_pass_build(delete_mode: str,
+                                                                                     cfg: PipelineConfig, spark) -> None:
     """New small mirrors built together, each resolved by the task that writes it (`cdc.spark.MirrorRows`), hold
-    exactly the rows of the window build a large one gets (`cdc/build.py`) and of the model: late and
+    exactly the rows of the one-pass build a large one gets (`cdc/build.py`) and of the model: late and
     twice-delivered changes, TOAST placeholders with and without an earlier value, deletes of keys never seen,
     resurrections. A first build whose changes hold a truncate or a tie is left to be built alone: the truncate
     is applied there, the tie named, and nothing of it committed."""
     cfg, names, appender = _setup_tables(cfg, spark, 5, delete_mode=delete_mode, partition_by={})
-    first, second, windowed, truncating, tied = names
+    first, second, large, truncating, tied = names
     landed = {name: [c for batch in _random_batches(seed=5 + (name == second), keys=30, batches=3, per_batch=40)
                      for c in batch] for name in names}
     for name in names:  # a delete of a key never seen, and a placeholder no earlier change fills
@@ -286,9 +286,9 @@ def test_a_small_first_build_resolved_by_its_writing_task_equals_the_window_buil
 
     reports = {r.table: r for r in MirrorStage(cfg, spark).run_once([first, second, truncating])}
     assert (reports[first].together, reports[second].together, reports[truncating].together) == (2, 2, 1)
-    window = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"pending_build_rows": 0})})
-    assert MirrorStage(window, spark).run_once([windowed])[0].together == 1
-    for name in (first, second, windowed, truncating):
+    alone = cfg.model_copy(update={"mirror": cfg.mirror.model_copy(update={"pending_build_rows": 0})})
+    assert MirrorStage(alone, spark).run_once([large])[0].together == 1
+    for name in (first, second, large, truncating):
         expected = _model(landed[name], delete_mode)
         assert _state(lake_table(cfg, spark, cfg.mirror.namespace, name).read()) == expected, name
         assert reports.get(name) is None or reports[name].merged == len({c["id"] for c in landed[name]} - {None})
@@ -298,7 +298,7 @@ def test_a_small_first_build_resolved_by_its_writing_task_equals_the_window_buil
         rows = lake_table(cfg, spark, cfg.mirror.namespace, name).read().drop("_merged_at").collect()
         return sorted((row.asDict(recursive=True) for row in rows), key=lambda row: row["id"])
 
-    assert base(first) == base(windowed)
+    assert base(first) == base(large)
     assert any(row["_unchanged"] for row in base(first))  # a placeholder no earlier change knew
 
     with pytest.raises(MirrorError, match=f"{tied}: 1 key\\(s\\) have different changes with the same _seq"):
