@@ -2,10 +2,11 @@
 
 For each size (1M and 10M rows by default) it loads a changelog of that many inserts, builds the mirror (the
 product's first build, timed against the naive rebuild below of the same changelog right after it; both run once
-untimed on a small changelog first, `--warmup`), then merges 100k changes (70% updates, 20% inserts, 10% deletes) twice: keys uniform at random over the table, and
-keys skewed to recent rows (80% of the updates and deletes hit the newest 5% of the keys). Each merge is
-compared with the changelog append of the same changes (timed in the same run), and each size with the naive
-way (rebuild the state from the whole changelog with a window function and overwrite). Growth is the merge's
+untimed on a small changelog first, `--warmup`), then merges 100k changes (70% updates, 20% inserts, 10% deletes)
+twice: keys uniform at random over the table, and keys skewed to recent rows (80% of the updates and deletes hit
+the newest 5% of the keys). Each merge is compared with the changelog append of the same changes (timed in the
+same run), and each size with the naive way (rebuild the state from the whole changelog with a window function
+and overwrite). Growth is the merge's
 time at the largest size over its time at the smallest. In the pending layout it then times the fold that
 `pipeline maintain` runs (the pending changes of both merges written into the base, merged on read) and the
 compaction of the base that follows it.
@@ -99,12 +100,18 @@ def short(count: int) -> str:
     return f"{count // 1_000_000}M" if count % 1_000_000 == 0 else f"{count // 1000}k"
 
 
+def changelog_appender(spark, cfg) -> Appender:
+    """Appends to the bench's changelog namespace, in the lake's format (the namespace made first)."""
+    changelog = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
+    if cfg.lake.format == "delta":
+        return DeltaAppender(spark, f"{cfg.lake.delta_root}/{cfg.changelog.namespace}")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {changelog}")
+    return IcebergAppender(spark, changelog)
+
+
 def one_size(spark, cfg, rows: int, count: int) -> dict[str, float]:
     """Figures at one size, in a namespace pair of its own: append and merge per distribution, and the rebuild."""
-    changelog = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {changelog}")
-    appender: Appender = (DeltaAppender(spark, f"{cfg.lake.delta_root}/{cfg.changelog.namespace}")
-                          if cfg.lake.format == "delta" else IcebergAppender(spark, changelog))
+    appender = changelog_appender(spark, cfg)
     stage = MirrorStage(cfg, spark)
     timed(f"{short(rows)}: changelog load of {rows:,} rows", lambda: appender.append(changes(spark, rows, 0, 0, 0), TABLE, "bench", 0))
     figures, next_key = {"first build": timed(f"{short(rows)}: first build", lambda: stage.merge_table(TABLE))}, rows
@@ -130,9 +137,7 @@ def warm_up(spark, cfg, rows: int) -> None:
     """The first build and the naive rebuild of a `rows`-row changelog, untimed: the JVM compiles both before
     either is timed (else the first build, the first heavy job of the run, pays the JIT's warm-up alone)."""
     started = time.perf_counter()
-    changelog = f"{cfg.catalog.name}.{cfg.changelog.namespace}"
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {changelog}")
-    IcebergAppender(spark, changelog).append(changes(spark, rows, 0, 0, 0), TABLE, "bench", 0)
+    changelog_appender(spark, cfg).append(changes(spark, rows, 0, 0, 0), TABLE, "bench", 0)
     MirrorStage(cfg, spark).merge_table(TABLE)
     rebuild(spark, cfg)
     print(f"warm-up: first build and rebuild of {short(rows)} rows, untimed, {time.perf_counter() - started:.1f} s",
@@ -193,7 +198,7 @@ def main() -> None:
             return load_config(overrides=[*settings, f"changelog.namespace=changelog_{label}",
                                           f"mirror.namespace=mirror_{label}", f"mirror.pending_namespace=mirror_pending_{label}"])
 
-        if args.warmup and defaults.lake.format == "iceberg":
+        if args.warmup:
             warm_up(spark, sized("warmup"), args.warmup)
         for rows in sizes:
             results[rows] = one_size(spark, sized(short(rows)), rows, args.changes)

@@ -4,8 +4,9 @@ resolved in one pass (`cdc/build.py`) and written as they come out, in one commi
 Why not the incremental path: a first build reads a whole table's changelog, and the incremental path's
 materialisation, the check aggregation, reduce and shuffle into the buckets are each a pass over all of it
 (docs/mirror.md, "The first build"). Here the only shuffle is the one that brings each key's changes together, by
-the mirror's key buckets when it is bucketed by key, so the write needs none. Then the mirror continues incrementally from the watermark, as after
-any run; in the pending layout its (empty) pending table is created after the base.
+the mirror's key buckets when it is bucketed by key, so the write needs none. Then the mirror continues
+incrementally from the watermark, as after any run; in the pending layout its (empty) pending table is created
+after the base.
 """
 
 from __future__ import annotations
