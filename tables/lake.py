@@ -242,8 +242,9 @@ class IcebergLakeTable:
         from pyspark.sql import functions as F
 
         writer = rows.writeTo(self.ref)
-        if spread:
-            writer = writer.options(**{"distribution-mode": "none", "fanout-enabled": "false"})
+        if spread:  # Iceberg's clustered writer asks Spark for a sort by partition, which Spark cannot see the rows
+            # meet already (it sorted every row again): the table's distribution and ordering are left out instead
+            writer = writer.options(**{"use-table-distribution-and-ordering": "false", "fanout-enabled": "false"})
         with session_conf(self.spark, snapshot_properties(metadata)):
             if not self.exists():
                 _creating(writer, partition_by, write_mode).create()
