@@ -3,9 +3,10 @@ changelog and then the mirror's first build, in rows per CPU-second of the backf
 Python, the Spark JVM, its Python workers), against plain Spark doing the landing (JDBC by the same key ranges ->
 an Iceberg append) in the same run. The target, from the issue: OLake's 37,600 rows per CPU-second.
 
-Starts PostgreSQL alone from the stack, in a home of its own, and fills a table of `--rows` rows with the types a
-real table holds (a bigint key, ints, a decimal, a double, texts, a timestamptz, a timestamp, a date, a boolean, a
-small jsonb) by `generate_series`. Then plain Spark and the backfill run one after the other, each in a process of
+Starts PostgreSQL alone from the stack, in a home of its own (stopped at the end when the bench started it; the
+table stays there for the next run), and fills a table of `--rows` rows with the types a real table holds (a
+bigint key, ints, a decimal, a double, texts, a timestamptz, a timestamp, a date, a boolean, a small jsonb) by
+`generate_series`. Then plain Spark and the backfill run one after the other, each in a process of
 its own whose CPU is sampled from `/proc` (`bench/cpu.py`); PostgreSQL's CPU is printed apart and not counted.
 Usage: bench/backfill.py [--rows 1000000] [--set k=v ...]. Ends with
 `backfill: <rows> rows, <n> rows/CPU-s (landing <n>, first build <s> CPU-s), landing <x>x plain Spark`.
@@ -112,22 +113,31 @@ def main() -> None:
         plain(cfg, args.rows)
         return
     stack = Stack(cfg, only=["postgres"])
-    stack.up()
-    postgres = next(s for s in stack.services if s.name == "postgres").process.pid()
+    started = stack.up()
+    try:
+        race(cfg, args.rows, overrides, next(s for s in stack.services if s.name == "postgres").process.pid())
+    finally:
+        if started:  # stopped as found: the table stays in the bench's home for the next run
+            stack.down()
+
+
+def race(cfg: PipelineConfig, rows: int, overrides: list[str], postgres: int) -> None:
+    """The table of `rows` rows made (or kept from an earlier run), then plain Spark's landing and the backfill,
+    each in a process of its own, PostgreSQL's CPU apart."""
     started, psql = time.monotonic(), Psql(cfg.stack)
     held = psql.execute(f"SELECT count(*) FROM {TABLE};").strip() if psql.execute(
         f"SELECT to_regclass('{TABLE}') IS NOT NULL;").strip() == "t" else "0"
-    if held != str(args.rows):  # a table of this size from an earlier run is used as it is
-        psql.execute(DDL + FILL.replace("%d", str(args.rows)))
-    print(f"table: {args.rows:,} rows made in {time.monotonic() - started:.1f} s", flush=True)
+    if held != str(rows):  # a table of this size from an earlier run is used as it is
+        psql.execute(DDL + FILL.replace("%d", str(rows)))
+    print(f"table: {rows:,} rows made in {time.monotonic() - started:.1f} s", flush=True)
     settings = [f"--set={s}" for s in overrides]
     base, table = [sys.executable, str(Path(__file__).resolve())], f"{PREFIX}_{TABLE}"
     for folder in ("warehouse", "catalog.db"):  # each run lands into an empty lake
         subprocess.run(["rm", "-rf", str(cfg.home / folder)], check=True)
 
-    sampler, _, _ = measured([*base, "--plain", "--rows", str(args.rows), *settings], postgres, '"plain.batch"')
+    sampler, _, _ = measured([*base, "--plain", "--rows", str(rows), *settings], postgres, '"plain.batch"')
     plain_cpu = tree(sampler.total())
-    print(f"plain Spark landing: {args.rows / plain_cpu:,.0f} rows/CPU-s; {describe(sampler.total())}", flush=True)
+    print(f"plain Spark landing: {rows / plain_cpu:,.0f} rows/CPU-s; {describe(sampler.total())}", flush=True)
 
     command = [sys.executable, "-m", "pipeline", "--log-format", "json", *settings, "backfill", "--table",
                f"{PREFIX}.public.{TABLE}"]
@@ -137,7 +147,7 @@ def main() -> None:
     build = total - landing
     print(f"backfill: landing {describe(sampler.between(first_at, landed_at or ended))}", flush=True)
     print(f"backfill: whole run {describe(sampler.total())} ({table})", flush=True)
-    print(f"backfill: {args.rows:,} rows, {args.rows / total:,.0f} rows/CPU-s (landing {args.rows / landing:,.0f}, "
+    print(f"backfill: {rows:,} rows, {rows / total:,.0f} rows/CPU-s (landing {rows / landing:,.0f}, "
           f"first build {build:.1f} CPU-s), landing {plain_cpu / landing:.2f}x plain Spark")
 
 
