@@ -836,15 +836,19 @@ def changelog_owners(cfg: PipelineConfig, spark: SparkSession) -> Owners:
 
 
 def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
-    """The rows with `_ingested_at` (now) and `_batch_id`, joined from a broadcast one-row frame rather than
-    added as literals. Spark writes a literal number or time into the generated Java code, so with literals every
-    batch compiled the whole decode and normalise anew, and the JIT compiled it again from the interpreter up: about
-    2 CPU-s a batch of a single topic. Joined, the per-row code is the same for every batch, and compiled once."""
+    """The rows with `_ingested_at` (now) and `_batch_id`, joined from a broadcast one-row frame rather than added
+    as literals. Spark writes a literal number or time into the generated Java code, so with literals every batch
+    compiled the whole decode and normalise anew, and the JIT compiled it again from the interpreter up: about 2 CPU-s
+    a batch of a single topic. The frame's values are a function of its row (the one-row range starts at the batch
+    id), never literals: the optimiser propagates a frame's literal columns through the join into the per-row code
+    (`FoldablePropagation`), which made a frame of literals no better. Joined so, the per-row code is the same for
+    every batch, and compiled once."""
     from pyspark.sql import functions as F
 
-    stamp = rows.sparkSession.range(1, numPartitions=1).select(
-        F.current_timestamp().alias("_ingested_at"), F.lit(batch_id).cast("long").alias("_batch_id"))
-    return rows.crossJoin(F.broadcast(stamp))
+    stamp = stamp_values(batch_id)
+    since = stamp["_ingested_at"] - batch_id  # now, as micros after the batch id
+    return rows.crossJoin(F.broadcast(rows.sparkSession.range(batch_id, batch_id + 1, numPartitions=1).select(
+        F.timestamp_micros(F.col("id") + F.lit(since)).alias("_ingested_at"), F.col("id").alias("_batch_id"))))
 
 
 def placeholders(rows: DataFrame) -> DataFrame:
