@@ -7,9 +7,8 @@ swapped in the second; both run once untimed on a small changelog first, `--warm
 rows (80% of the updates and deletes hit the newest 5% of the keys). Each merge is compared with the changelog
 append of the same changes (timed in the same run), and each size with the naive way (rebuild the state from the
 whole changelog with a window function and overwrite). Growth is the merge's time at the largest size over its
-time at the smallest. In the pending layout it then times the fold that
-`pipeline maintain` runs (the pending changes of both merges written into the base, merged on read) and the
-compaction of the base that follows it.
+time at the smallest. In the pending layout it then times the fold that `pipeline maintain` runs (the pending
+changes of both merges written into the base, merged on read) and the compaction of the base that follows it.
 
 The product's default settings (`mirror.layout`, `mirror.write_mode`); the mirror is bucketed by its key, as a
 data engineer lays out a large mirror served by key (`--partition-by`, '' for none; Delta takes columns only:
