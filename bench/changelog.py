@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -120,13 +120,13 @@ def time_stage(cfg: PipelineConfig, spark, pattern: str, home: Path) -> float:
 
 
 def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, home: Path,
-                  columns: Callable[[Column], list[Column]] | None = None) -> float:
+                  columns: Callable[[Column], list[Column]] | None = None, namespace: str = "bench") -> float:
     """Kafka -> from_avro with one fixed schema -> `columns` of the decoded value (by default its fields as they
-    are) -> an Iceberg table per topic, in the same trigger as the stage."""
+    are) -> an Iceberg table per topic in `namespace`, in the same trigger as the stage."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.bench")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.{namespace}")
     started = time.perf_counter()
     for topic in topics:
         reader = (spark.readStream.format("kafka").options(**kafka.spark_options(cfg.kafka))
@@ -136,17 +136,19 @@ def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, ho
         body = Framing.of(cfg.registry.written_wire_format).body()
         decoded = reader.load().select(from_avro(body, schema).alias("v"))
         rows = decoded.select(*columns(F.col("v"))) if columns else decoded.select("v.*")
-        table = f"{cfg.catalog.name}.bench.{topic.replace('-', '_').replace('.', '_')}"
+        table = f"{cfg.catalog.name}.{namespace}.{topic.replace('-', '_').replace('.', '_')}"
         (rows.writeStream.format("iceberg").trigger(availableNow=True)
-         .option("checkpointLocation", str(home / f"baseline-{topic}")).toTable(table).awaitTermination())
+         .option("checkpointLocation", str(home / f"{namespace}-{topic}")).toTable(table).awaitTermination())
     return time.perf_counter() - started
 
 
 def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: int, tag: str, home: Path,
-         columns: Callable[[Column], list[Column]] | None = None) -> tuple[float, float]:
+         columns: Callable[[Column], list[Column]] | None = None,
+         also: Sequence[Callable[[Column], list[Column]]] = ()) -> tuple[float, ...]:
     """Seconds the stage and the baseline take to drain `events` messages from each of `topics` new topics of
     their own, named after the pool's prefix and `tag` (unique to the race); `columns`: what the baseline makes
-    of each decoded value (`time_baseline`)."""
+    of each decoded value (`time_baseline`). Each of `also` is another baseline's columns, drained from the same
+    topics into tables of its own after it; its seconds follow."""
     serde = serde_from_settings(cfg.registry, cfg.aws)
     prefix = pool[0].topic.split(".", 1)[0]
     first = confluent_unframe(pool[0].value or b"")[0]  # snapshot reads precede the evolution: version 1
@@ -160,7 +162,10 @@ def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: i
     print(f"stage: draining {topics} topic(s) ...", flush=True)
     stage_s = time_stage(cfg, spark, rf"{prefix}{tag}t\d+\..*", home / f"{prefix}{tag}")
     print(f"baseline: draining {topics} topic(s) ...", flush=True)
-    return stage_s, time_baseline(cfg, spark, baseline_topics, schema, home / f"{prefix}{tag}", columns)
+    folder = home / f"{prefix}{tag}"
+    return (stage_s, time_baseline(cfg, spark, baseline_topics, schema, folder, columns),
+            *(time_baseline(cfg, spark, baseline_topics, schema, folder, other, f"bench{n}")
+              for n, other in enumerate(also, start=2)))
 
 
 def report(name: str, events: int, stage_s: float, baseline_s: float) -> tuple[float, float]:

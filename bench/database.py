@@ -18,7 +18,10 @@ the changelog's time goes.
    written by hand (`HAND_WRITTEN`) -> an Iceberg append. It is `bench/changelog.py`'s race (a pool of 200k
    distinct changes replayed to `--real-types-events`, the schema evolving a tenth of the way in, the baseline
    reading the first writer's messages), first untimed on `--warmup-real-types` events, then `--rounds` rounds on
-   new topics; the last round (the steady state of a running stream) is the figure.
+   new topics; the last round (the steady state of a running stream) is the figure. The baseline lands the
+   envelope as `bench/changelog.py`'s does, every field as it is, both row images converted by hand
+   (`envelope_by_hand`); a second baseline drains the same topic keeping only the row image, the operation and its
+   time (`image_by_hand`: what no mirror can be ordered from), and the stage's ratio to it is printed beside.
 
 6. The mirror half: after each drain, one `mirror` run over the tables it landed (t1 and tN again: the first
    run builds the mirrors, the second merges the appended changes); per table (tN - t1) / (N - 1), the issue's
@@ -34,8 +37,8 @@ Needs the stack (`python -m pipeline stack up`, or the test stack with its setti
 Usage: bench/database.py [--only changelog|real-types] [--tables 500] [--events 200000] [--warmup 2000]
 [--real-types-events 1000000] [--warmup-real-types 50000] [--rounds 2] [--set k=v ...]
 Ends with: `database: <N> tables, changelog <ms> ms/table (appending to them: <ms>), mirror <ms> ms/table
-(appending: <ms>; a quiet table <ms> ms; 10 changed of all <x>x 10 alone), real types <x>x plain Spark` (`n/a`
-for a part `--only` leaves out; `--only changelog` includes the mirror half).
+(appending: <ms>; a quiet table <ms> ms; 10 changed of all <x>x 10 alone), real types <x>x plain Spark (the row
+image alone: <x>x)` (`n/a` for a part `--only` leaves out; `--only changelog` includes the mirror half).
 """
 
 from __future__ import annotations
@@ -242,33 +245,53 @@ def real_types_table() -> tuple[int, Table]:
     raise AssertionError("unreachable: itertools.count() does not end")
 
 
-def by_hand(table: Table) -> Callable[[Column], list[Column]]:
-    """The baseline's columns of a decoded envelope: the row's columns converted by hand, the operation and the
-    source time."""
+def converted(table: Table, image: Column) -> list[Column]:
+    """The columns of `table`'s row `image`, each converted by hand."""
+    return [HAND_WRITTEN.get(_semantic(column) or "", lambda c: c)(image[column.name]).alias(column.name)
+            for column in table.columns]
+
+
+def envelope_by_hand(table: Table) -> Callable[[Column], list[Column]]:
+    """The baseline of the figure: a decoded envelope landed as `bench/changelog.py`'s baseline lands it, every
+    field of the simulator's Debezium envelope as it is (the source's positions, the transaction, the operation
+    and its time: what orders a key's changes), with the columns of both row images converted by hand."""
     def columns(envelope: Column) -> list[Column]:
-        image = F.coalesce(envelope["after"], envelope["before"])
-        return [HAND_WRITTEN.get(_semantic(column) or "", lambda c: c)(image[column.name]).alias(column.name)
-                for column in table.columns] + [envelope["op"].alias("_op"),
-                                                F.timestamp_millis(envelope["source"]["ts_ms"]).alias("_source_ts")]
+        images = [F.when(envelope[part].isNotNull(), F.struct(*converted(table, envelope[part]))).alias(part)
+                  for part in ("before", "after")]
+        return images + [envelope[field].alias(field) for field in ("source", "transaction", "op", "ts_ms")]
     return columns
 
 
-def real_types(cfg: PipelineConfig, spark: Any, events: int, warmup: int, rounds: int) -> float:
-    """The stage's rate over plain Spark's on one topic of the real-types table, in the last round."""
+def image_by_hand(table: Table) -> Callable[[Column], list[Column]]:
+    """A lighter baseline, printed beside the figure: the row's image alone (the after image, else the before
+    image) converted by hand, the operation and the source time; nothing that orders a key's changes."""
+    def columns(envelope: Column) -> list[Column]:
+        image = F.coalesce(envelope["after"], envelope["before"])
+        return converted(table, image) + [envelope["op"].alias("_op"),
+                                          F.timestamp_millis(envelope["source"]["ts_ms"]).alias("_source_ts")]
+    return columns
+
+
+def real_types(cfg: PipelineConfig, spark: Any, events: int, warmup: int, rounds: int) -> tuple[float, float]:
+    """The stage's rate over plain Spark's on one topic of the real-types table, in the last round: against the
+    envelope landed (the figure), and against the row image alone."""
     seed, table = real_types_table()
     print(f"real types: synthetic:1 of seed {seed}, {table.name}: "
           + ", ".join(f"{c.name} ({_semantic(c) or c.avro_type})" for c in table.columns), flush=True)
     pool = simulate_pool(cfg, f"rt{uuid.uuid4().hex[:6]}", POOL, tables="synthetic:1", seed=seed)
-    columns = by_hand(table)
-    ratio = 0.0
+    baselines = envelope_by_hand(table), [image_by_hand(table)]
+    ratio = image_ratio = 0.0
     with tempfile.TemporaryDirectory() as folder:
         if warmup:
             print(f"real types warm-up: {warmup:,} events each, untimed", flush=True)
-            race(cfg, spark, pool, 1, warmup, "w", Path(folder), columns)
+            race(cfg, spark, pool, 1, warmup, "w", Path(folder), *baselines)
         for round_ in range(1, rounds + 1):
-            _, ratio = report(f"real types, round {round_}", events,
-                              *race(cfg, spark, pool, 1, events, f"r{round_}", Path(folder), columns))
-    return ratio
+            stage_s, envelope_s, image_s = race(cfg, spark, pool, 1, events, f"r{round_}", Path(folder), *baselines)
+            _, ratio = report(f"real types, round {round_}", events, stage_s, envelope_s)
+            image_ratio = image_s / stage_s
+            print(f"real types, round {round_}: the row image alone {events / image_s:12,.0f} events/s  "
+                  f"({events:,} events, {image_s:.1f} s): the stage {image_ratio:.2f}x", flush=True)
+    return ratio, image_ratio
 
 
 def tables_of(cfg: PipelineConfig, spark: Any, prefix: str) -> list[str]:
@@ -392,8 +415,8 @@ def main() -> None:
         changelog = f"{touched} tables, changelog {created:.0f} ms/table (appending to them: {appended:.0f})"
         mirror = costs.line()
     if args.only != "changelog":
-        ratio = real_types(cfg, spark, args.real_types_events, args.warmup_real_types, args.rounds)
-        real = f"{ratio:.2f}x plain Spark"
+        ratio, image_ratio = real_types(cfg, spark, args.real_types_events, args.warmup_real_types, args.rounds)
+        real = f"{ratio:.2f}x plain Spark (the row image alone: {image_ratio:.2f}x)"
     print(f"load after: {os.getloadavg()[0]:.2f} (1 min average)")
     print(f"database: {changelog}, {mirror}, real types {real}")
 
