@@ -45,9 +45,9 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     partitions, spread = settings.partition_fields(name), _spread(cfg, name, keys)
     made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread)
     rows = made.rows
-    at = truncates(changes, keys).localCheckpoint()
-    if at.first()["_truncates"]:
-        rows = truncated(rows, keys, None, at)
+    at = truncates(changes, keys)
+    if at.first()["_truncates"]:  # one job; with no truncate, the scan's statistics leave it no file to read
+        rows = truncated(rows, keys, None, at.localCheckpoint())
     rows = rows.observe(written, F.count(F.lit(1)).alias("rows"))  # keys, the truncate's row left out
     if settings.delete_mode == "hard":
         rows = rows.where("NOT _is_deleted")
