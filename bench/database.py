@@ -279,14 +279,15 @@ def real_types(cfg: PipelineConfig, spark: Any, events: int, warmup: int, rounds
     print(f"real types: synthetic:1 of seed {seed}, {table.name}: "
           + ", ".join(f"{c.name} ({_semantic(c) or c.avro_type})" for c in table.columns), flush=True)
     pool = simulate_pool(cfg, f"rt{uuid.uuid4().hex[:6]}", POOL, tables="synthetic:1", seed=seed)
-    baselines = envelope_by_hand(table), [image_by_hand(table)]
+    envelope, image = envelope_by_hand(table), image_by_hand(table)
     ratio = image_ratio = 0.0
     with tempfile.TemporaryDirectory() as folder:
         if warmup:
             print(f"real types warm-up: {warmup:,} events each, untimed", flush=True)
-            race(cfg, spark, pool, 1, warmup, "w", Path(folder), *baselines)
+            race(cfg, spark, pool, 1, warmup, "w", Path(folder), envelope, also=[image])
         for round_ in range(1, rounds + 1):
-            stage_s, envelope_s, image_s = race(cfg, spark, pool, 1, events, f"r{round_}", Path(folder), *baselines)
+            stage_s, envelope_s, image_s = race(cfg, spark, pool, 1, events, f"r{round_}", Path(folder), envelope,
+                                                also=[image])
             _, ratio = report(f"real types, round {round_}", events, stage_s, envelope_s)
             image_ratio = image_s / stage_s
             print(f"real types, round {round_}: the row image alone {events / image_s:12,.0f} events/s  "
