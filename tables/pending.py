@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from cdc.merge import UNCHANGED, Relations, fold_clauses, overlay_sql, pending_resolved_sql
+from cdc.merge import (BASE_SEQ, LEAST_KNOWN, UNCHANGED, Relations, fold_clauses, key_fold_clauses, key_foldable,
+                       least_known, overlay_sql, pending_resolved_sql)
 from pipeline.config.settings import PipelineConfig
 from tables.history import history_state, overlaid_history, write_versions
 from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
@@ -145,9 +146,14 @@ def state_as_of_commit(cfg: PipelineConfig, spark: SparkSession, name: str, as_o
     return spark.sql(overlay_sql(state_columns(base), overlay_keys(cfg, name), cfg.mirror.delete_mode, refs))
 
 
-def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
+def fold(cfg: PipelineConfig, spark: SparkSession, name: str, full: bool = False) -> int:
     """Write the pending changes of mirror `name` into its base and remove them from pending; the number of keys
-    folded. Safe to repeat and to crash in: a change left in pending after its fold resolves to the same row."""
+    folded. A key whose row needs its base row's values (`cdc.merge.key_foldable`: a soft delete, a TOAST
+    placeholder) stays pending, so that the MERGE reads of the base only its keys; unless `full`, or such keys are
+    more than half of those pending: then every key is folded, reading the base's values (docs/mirror.md).
+    Safe to repeat and to crash in: a change left in pending after its fold resolves to the same row."""
+    from pyspark.sql import functions as F
+
     base, pending = lake_table(cfg, spark, cfg.mirror.namespace, name), pending_table(cfg, spark, name)
     if pending is None:
         return 0
@@ -160,19 +166,43 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str) -> int:
     changes = f"{pending.ref} VERSION AS OF {through}"  # the pending changes as of the commit folded
     if any(base.properties().get(key) != value for key, value in FOLD_MERGE.items()):
         base.set_properties(FOLD_MERGE)  # a base made before the fold merged on read
+    watermark = {WATERMARK: merged[1]} if merged else {}
     if cfg.mirror.scd_type_of(name) == 2:
-        count = write_versions(cfg, spark, base, changes, {WATERMARK: merged[1]} if merged else {})
+        count = write_versions(cfg, spark, base, changes, watermark)
         pending.remove_files_of(through)
         log.info("mirror.folded", table=base.ref, versions=count, pending_commit=through)
         return count
-    # The changes resolved among themselves; the MERGE finishes the rule against the base rows, its one read of them.
+    # The changes resolved among themselves; the MERGE finishes the rule against the base rows.
     resolved = spark.sql(pending_resolved_sql(columns, keys, changes)).localCheckpoint()
-    count = resolved.count()
+    kept = None if full else _kept_keys(cfg, spark, name, base, resolved)
+    staying = 0 if kept is None else kept.count()
+    if staying * 2 > resolved.count():  # a fold by key would keep most keys: fold them all
+        kept, staying = None, 0
+    folded = resolved.join(F.broadcast(kept), keys, "left_anti").localCheckpoint() if staying else resolved
+    count = folded.count()
     if count:
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
+        clauses = (fold_clauses if kept is None else key_fold_clauses)([*columns, UNCHANGED], keys,
+                                                                       cfg.mirror.delete_mode)
         with session_conf(spark, merge_join_conf(cfg, name, keys)):
-            base.merge(resolved, fold_clauses([*columns, UNCHANGED], keys, cfg.mirror.delete_mode),
-                       {WATERMARK: merged[1]} if merged else {})
+            base.merge(folded, clauses, watermark)
+    if staying:  # appended before the folded files go: a crash in between leaves both, which resolve alike
+        append_pending(pending, spark.sql(f"SELECT * FROM {changes}").join(F.broadcast(kept), keys, "left_semi"), {})
+    if count or staying:
         pending.remove_files_of(through)
-    log.info("mirror.folded", table=base.ref, keys=count, pending_commit=through)
+    log.info("mirror.folded", table=base.ref, keys=count, kept=staying, pending_commit=through)
     return count
+
+
+def _kept_keys(cfg: PipelineConfig, spark: SparkSession, name: str, base: LakeTable, resolved: DataFrame) -> DataFrame:
+    """The keys of `resolved` (materialised) whose rows need their base rows' values (not `key_foldable`), found by
+    one read of the base's keys and `_seq`; materialised."""
+    from pyspark.sql import functions as F
+
+    keys = overlay_keys(cfg, name)
+    on_base = base.read().select(*[F.col(quote(k)) for k in keys], F.col("_seq").alias(BASE_SEQ))
+    pending = resolved.select(*[F.col(quote(k)) for k in keys], "_seq", "_is_deleted",
+                              F.expr(least_known(state_columns(base), keys)).alias(LEAST_KNOWN))
+    with session_conf(spark, merge_join_conf(cfg, name, keys)):  # a plan of one join, its source materialised
+        return (on_base.join(pending, keys).where(~F.expr(key_foldable(cfg.mirror.delete_mode)))
+                .select(*[F.col(quote(k)) for k in keys]).localCheckpoint())

@@ -187,7 +187,7 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
         raise ChangeError(f"{name}: {target.ref} is SCD type {1 if history else 2}, mirror.scd_type.{name} says "
                           f"{2 if history else 1}: drop it (and its pending table) and run again to rebuild it")
     if pending is not None and not appends:
-        fold(cfg, spark, name)  # back to the merge layout: the pending changes go in first
+        fold(cfg, spark, name, full=True)  # back to the merge layout: every pending change goes in first
         spark.sql(f"DROP TABLE {pending.ref}")
         pending = None
     if isinstance(target, IcebergLakeTable) and not history and (building or is_first_build(target, pending)):

@@ -327,7 +327,7 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
         state = {r[key]: r.asDict() for r in mirror_state(mirror, spark, table).drop("_merged_at").collect()}
         if len(parts) == 1:  # the first build wrote the base alone
             assert pending_table(mirror, spark, table).read().isEmpty()
-        fold(mirror, spark, table)
+        fold(mirror, spark, table, full=True)  # every key: the bases are compared
         base = lake_table(mirror, spark, mirror.mirror.namespace, table).read().drop("_merged_at")
         return state, {r[key]: r.asDict() for r in base.collect()}
 
@@ -448,7 +448,8 @@ def _assert_maintenance_keeps_the_data(cfg: PipelineConfig, spark, source: Sourc
     iceberg = cfg.lake.format == "iceberg"
     artists = f"{source.prefix}_artists"
     pending = pending_table(cfg, spark, artists)
-    assert (pending is not None and spark.table(pending.ref).count() > 0) == iceberg
+    waiting = spark.table(pending.ref).count() if pending is not None else 0
+    assert (waiting > 0) == iceberg
     mirror = lake_table(cfg, spark, cfg.mirror.namespace, artists)
     data_file = ([r[0] for r in spark.sql(f"SELECT file_path FROM {mirror.ref}.files").collect()] if iceberg
                  else mirror.read().inputFiles())[0]
@@ -460,8 +461,8 @@ def _assert_maintenance_keeps_the_data(cfg: PipelineConfig, spark, source: Sourc
 
     reports = maintain_lake(cfg, spark, source.tables())
     assert len(reports) == (3 if iceberg else 2) * len(source.tables())
-    if pending is not None:
-        assert spark.table(pending.ref).count() == 0
+    if pending is not None:  # folded by key: what stays pending are keys whose rows need the base's values
+        assert spark.table(pending.ref).count() < waiting
         assert lake_table(cfg, spark, cfg.mirror.namespace, artists).read().count() == \
             mirror_state(cfg, spark, artists).count()
     assert not orphan.exists()

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+import tables.pending as pending_module
 from pipeline.config.settings import PipelineConfig
 from pipeline.ops.maintain import maintain_lake
 from pipeline.ops.timetravel import query
@@ -17,7 +18,7 @@ from pipeline.stages.mirror import MirrorError, MirrorStage, watermark
 from tables.append import IcebergAppender
 from tables.catalog import load_pyiceberg_catalog
 from tables.current_state import read_current_state
-from tables.lake import lake_table
+from tables.lake import IcebergLakeTable, lake_table
 from tables.pending import WATERMARK, fold, mirror_state, pending_table
 
 pytestmark = pytest.mark.integration
@@ -111,6 +112,24 @@ def _pyiceberg_state(cfg: PipelineConfig, name: str) -> dict[int, dict]:
     return {row["id"]: {c: spark_like(row[c]) for c in (*TABLE_COLUMNS, *TOMBSTONE)} for row in rows.to_pylist()}
 
 
+def _pending_changes(spark, pending: str) -> set[tuple[int, tuple]]:
+    """Each pending change as (key, `_seq`)."""
+    return {(row["id"], tuple(row["_seq"])) for row in spark.table(pending).select("id", "_seq").collect()}
+
+
+def _assert_folded_by_key(cfg: PipelineConfig, spark, name: str, waiting: set[tuple[int, tuple]]) -> None:
+    """A fold by key (`tables.pending.fold`) wrote the keys whose newest change knows every column and left the
+    others pending, each with all its changes: here the TOAST placeholders and, with soft deletes, the deletes."""
+    kept = _pending_changes(spark, pending_table(cfg, spark, name).ref)
+    kept_keys = {key for key, _ in kept}
+    assert kept == {(key, seq) for key, seq in waiting if key in kept_keys}
+    assert kept_keys and kept_keys != {key for key, _ in waiting}, "the fold wrote every key or none"
+    base = {row["id"]: tuple(row["_seq"]) for row in lake_table(cfg, spark, cfg.mirror.namespace, name).read().collect()}
+    for key in {key for key, _ in waiting} - kept_keys:  # written: its newest change is the base row, or deleted it
+        assert base.get(key, max(seq for k, seq in waiting if k == key)) == max(seq for k, seq in waiting if k == key)
+    assert kept_keys <= base.keys()  # a key the base did not hold is always written
+
+
 def _base_summary(cfg: PipelineConfig, spark, name: str) -> dict[str, str]:
     """The summary of the base's newest snapshot."""
     base = lake_table(cfg, spark, cfg.mirror.namespace, name).ref
@@ -164,8 +183,9 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
         if number == 2:  # a state that lives in the pending table, for time travel below
             then = (pending.commit_id(), expected)
         if number == 3:
+            waiting = _pending_changes(spark, pending.ref)
             assert fold(cfg, spark, name) > 0  # a fold in the middle changes nothing a reader sees
-            assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
+            _assert_folded_by_key(cfg, spark, name, waiting)
             folded = _base_summary(cfg, spark, name)  # merged on read: position deletes, no rewrite of the base
             assert int(folded.get("added-position-delete-files", 0)) > 0 and "deleted-data-files" not in folded
             assert _state(mirror_state(cfg, spark, name)) == expected
@@ -177,6 +197,8 @@ def test_pending_layout_equals_the_model_before_and_after_folds(delete_mode: str
     assert len(reports) == 3  # the changelog, the pending table and the base
     base_ref = lake_table(cfg, spark, cfg.mirror.namespace, name).ref  # compacted: no delete file is left
     assert spark.sql(f"SELECT count(*) FROM {base_ref}.delete_files").first()[0] == 0
+    fold(cfg, spark, name, full=True)  # and what a fold by key leaves pending
+    assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
     assert fold(cfg, spark, name) == 0
     expected = _model(landed, delete_mode)
     base = lake_table(cfg, spark, cfg.mirror.namespace, name).read()
@@ -305,6 +327,38 @@ def test_a_small_first_build_resolved_by_its_writing_task_equals_the_one_pass_bu
         MirrorStage(cfg, spark).run_once([tied])
     assert watermark(lake_table(cfg, spark, cfg.mirror.namespace, tied), pending_table(cfg, spark, tied)) is None
     assert lake_table(cfg, spark, cfg.mirror.namespace, tied).read().isEmpty()
+
+
+@pytest.mark.parametrize("stopped_at", ["append_pending", "remove_files_of"])
+def test_a_fold_stopped_after_any_of_its_commits_changes_nothing_a_reader_sees(stopped_at: str, cfg: PipelineConfig,
+                                                                               spark, monkeypatch) -> None:
+    """A fold by key commits three times: the MERGE into the base, the kept keys' changes appended to pending, the
+    folded pending files removed. Stopped before the second or the third (a kill at that point: each commit is
+    whole or absent), the state is the model's; the next fold and a fold of every key finish the work."""
+    cfg, name, appender = _setup(cfg, spark)
+    batches = _random_batches(seed=11, keys=40, batches=4, per_batch=50)
+    for number, batch in enumerate(batches):
+        _land(spark, appender, name, batch, number)
+        MirrorStage(cfg, spark).merge_table(name)
+    expected = _model([c for b in batches for c in b], "soft")
+    base = lake_table(cfg, spark, cfg.mirror.namespace, name)
+    before = base.commit_id()
+
+    def stop(*_args, **_kwargs):
+        raise RuntimeError("killed")
+
+    with monkeypatch.context() as patched:
+        owner = pending_module if stopped_at == "append_pending" else IcebergLakeTable
+        patched.setattr(owner, stopped_at, stop)
+        with pytest.raises(RuntimeError, match="killed"):
+            fold(cfg, spark, name)
+    assert base.commit_id() != before  # the MERGE committed
+    assert _state(mirror_state(cfg, spark, name)) == expected
+    fold(cfg, spark, name)
+    assert _state(mirror_state(cfg, spark, name)) == expected
+    fold(cfg, spark, name, full=True)
+    assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
+    assert _state(lake_table(cfg, spark, cfg.mirror.namespace, name).read()) == expected
 
 
 def test_switching_back_to_the_merge_layout_folds_the_pending_changes_first(cfg: PipelineConfig, spark) -> None:
