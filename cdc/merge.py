@@ -142,6 +142,11 @@ class MergeClauses:
     not_matched: tuple[Clause, ...]
 
 
+def matched_on(keys: Sequence[str]) -> str:
+    """A MERGE's condition matching the changes (`s`) to the mirror's rows (`t`) by key."""
+    return " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
+
+
 def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft", "hard"]) -> MergeClauses:
     """The MERGE of reduced changes (`s`) into a mirror (`t`) whose columns are `columns` (`_unchanged`, when
     there, only says which columns keep the mirror's value)."""
@@ -163,7 +168,7 @@ def merge_clauses(columns: list[str], keys: list[str], delete_mode: Literal["sof
         on_delete = Clause("update", f"{newer} AND s._is_deleted", tombstone)
         insert = Clause("insert", None, every)
     return MergeClauses(
-        on=" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys),
+        on=matched_on(keys),
         matched=(on_delete, Clause("update", newer, update)),
         not_matched=(insert,),
     )
@@ -197,7 +202,7 @@ def fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["soft
     every = {quote(c): f"s.{quote(c)}" for c in [*columns, UNCHANGED]}
     hard = delete_mode == "hard"
     matched = (Clause("delete", f"s._is_deleted AND {newer}", {}),) if hard else ()
-    return MergeClauses(on=" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys),
+    return MergeClauses(on=matched_on(keys),
                         matched=(*matched, Clause("update", None, update)),
                         not_matched=(Clause("insert", "NOT s._is_deleted" if hard else None, every),))
 
@@ -232,10 +237,10 @@ def key_fold_clauses(columns: list[str], keys: list[str], delete_mode: Literal["
     between the two (at 10M rows, half the fold's time: docs/benchmarks.md)."""
     columns = [c for c in columns if c != UNCHANGED]
     every = {quote(c): f"s.{quote(c)}" for c in [*columns, UNCHANGED]}
+    update = {quote(c): f"s.{quote(c)}" for c in [*columns, UNCHANGED] if c not in keys}  # the keys are matched
     hard = delete_mode == "hard"
-    return MergeClauses(on=" AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys),
-                        matched=(*((Clause("delete", "s._is_deleted", {}),) if hard else ()),
-                                 Clause("update", None, {c: v for c, v in every.items() if c not in map(quote, keys)})),
+    removed = (Clause("delete", "s._is_deleted", {}),) if hard else ()
+    return MergeClauses(on=matched_on(keys), matched=(*removed, Clause("update", None, update)),
                         not_matched=(Clause("insert", "NOT s._is_deleted" if hard else None, every),))
 
 

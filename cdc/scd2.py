@@ -25,7 +25,7 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Iterable
 
-from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses, Relations, data_columns
+from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses, Relations, data_columns, matched_on
 from tables.names import column, quote, sql_string
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def replaced_sql(columns: list[str], keys: list[str], on: Relations) -> str:
 def version_clauses(columns: list[str], keys: list[str]) -> MergeClauses:
     """The MERGE of `replaced_sql`'s rows into stored versions, matched by key and `_seq_from`."""
     every = {quote(c): f"s.{quote(c)}" for c in columns}
-    on = " AND ".join([*(f"t.{quote(k)} = s.{quote(k)}" for k in keys), "t._seq_from = s._seq_from"])
+    on = f"{matched_on(keys)} AND t._seq_from = s._seq_from"
     return MergeClauses(on=on, matched=(Clause("delete", f"s.{DROP}", {}), Clause("update", None, every)),
                         not_matched=(Clause("insert", f"NOT s.{DROP}", every),))
 
