@@ -7,6 +7,7 @@ when the lakehouse is compared with it. It answers "table T as of source time t"
 from __future__ import annotations
 
 import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -75,9 +76,17 @@ class TruthStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path)
+        self._connections = threading.local()  # a connection per thread: `verify` reads tables in threads
         self._db.executescript(_SCHEMA)
         self._indexed = False
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The calling thread's connection (SQLite's may not cross threads)."""
+        db = getattr(self._connections, "db", None)
+        if db is None:
+            db = self._connections.db = sqlite3.connect(self.path)
+        return db
 
     def define(self, tables: Iterable[Table]) -> None:
         """Record each table's key and column types (the evolution column's too)."""
@@ -166,4 +175,6 @@ class TruthStore:
         return self._db.execute("SELECT count(*) FROM changes").fetchone()[0]
 
     def close(self) -> None:
+        """The calling thread's connection; another thread's closes when that thread ends."""
         self._db.close()
+        del self._connections.db

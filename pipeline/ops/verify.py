@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from cdc.columns import source_column, source_columns
 from pipeline.config.settings import PipelineConfig
+from pipeline.runtime.sessions import SessionPool
 from pipeline.sql.trino_query import fetch
 from pipeline.stages.mirror import MirrorError, table_keys, with_table_keys
 from simulators.semantic import lake_value
@@ -215,33 +216,38 @@ def mirror_rows(cfg: PipelineConfig, spark: SparkSession, name: str, engine: Eng
 def verify_lake(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, tables: list[str],
                 source_time: str | None = None, engine: Engine = "spark") -> list[TableVerdict]:
     """Each mirror, read by `engine` (or, with `source_time`, each changelog rebuilt to that time by Spark)
-    against the truth."""
-    from pipeline.ops.timetravel import state
-
+    against the truth; `mirror.concurrent_tables` tables at a time, each in a thread and session of its own: a
+    small table's check is mostly its reading's planning and job, which another table's can overlap."""
     namespace = cfg.changelog.namespace if source_time else cfg.mirror.namespace
     names = tables or [t for t in table_names(cfg, spark, namespace) if t != cfg.changelog.dead_letter_table]
     if not names:
         raise MirrorError(f"nothing to verify: namespace {namespace!r} has no tables; run the stages first")
     cfg, _ = with_table_keys(cfg, spark, names)
-    verdicts = []
-    for name in names:
-        truth_table = truth_table_for(truth, name, cfg.names.rule())
-        if source_time:
-            lake = state(cfg, spark, name, source_time)
-            expected = truth.state_at(truth_table, source_time_us(source_time))
-            keys = table_keys(cfg, name, lake_table(cfg, spark, cfg.changelog.namespace, name))
-        else:
-            mirror = lake_table(cfg, spark, cfg.mirror.namespace, name)
-            if not mirror.exists():
-                raise MirrorError(f"no mirror {mirror.ref}: run `pipeline mirror` first")
-            keys = table_keys(cfg, name, mirror)
-            lake = mirror_rows(cfg, spark, name, engine)
-            if cfg.mirror.scd_type_of(name) == 2:
-                verdicts.append(verify_history(cfg, truth, name, truth_table, keys, lake))
-                continue
-            expected = truth.state_at(truth_table)
-        verdicts.append(compare(spark, lake, expected, keys, name, truth_table, truth.column_types(truth_table)))
-    return verdicts
+    truth.index()  # before the threads read it
+    sessions = SessionPool(spark)
+    return sessions.map(lambda name: verify_table(cfg, sessions.current, truth, name, source_time, engine), names,
+                        cfg.mirror.concurrent_tables, "verify")
+
+
+def verify_table(cfg: PipelineConfig, spark: SparkSession, truth: TruthStore, name: str, source_time: str | None,
+                 engine: Engine) -> TableVerdict:
+    """One table of `verify_lake`: its mirror (or its changelog rebuilt to `source_time`) against the truth."""
+    from pipeline.ops.timetravel import state
+
+    truth_table = truth_table_for(truth, name, cfg.names.rule())
+    if source_time:
+        lake = state(cfg, spark, name, source_time)
+        expected = truth.state_at(truth_table, source_time_us(source_time))
+        keys = table_keys(cfg, name, lake_table(cfg, spark, cfg.changelog.namespace, name))
+        return compare(spark, lake, expected, keys, name, truth_table, truth.column_types(truth_table))
+    mirror = lake_table(cfg, spark, cfg.mirror.namespace, name)
+    if not mirror.exists():
+        raise MirrorError(f"no mirror {mirror.ref}: run `pipeline mirror` first")
+    keys = table_keys(cfg, name, mirror)
+    lake = mirror_rows(cfg, spark, name, engine)
+    if cfg.mirror.scd_type_of(name) == 2:
+        return verify_history(cfg, truth, name, truth_table, keys, lake)
+    return compare(spark, lake, truth.state_at(truth_table), keys, name, truth_table, truth.column_types(truth_table))
 
 
 def verify_history(cfg: PipelineConfig, truth: TruthStore, name: str, truth_table: str, keys: list[str],
