@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import venv
@@ -118,13 +117,20 @@ def build(jars_dir: Path, folder: Path, environment: bool = False) -> Package:
         jars.append(jar_folder / jar.name)
     requirements = folder / "requirements.txt"
     requirements.write_text("".join(f"{line}\n" for line in pinned_requirements()))
-    packed = pack_environment(requirements, folder / f"{ENVIRONMENT}.tar.gz") if environment else None
+    packed = pack_environment(folder / f"{ENVIRONMENT}.tar.gz") if environment else None
     return Package(folder, code, entry, jars, requirements, packed)
 
 
 def pinned_requirements() -> list[str]:
     """Every distribution the project's runtime dependencies need, at the version installed here, without what
     the nodes must not take: what was tested is what a node installs (`pip install --no-deps -r`)."""
+    needed = node_distributions()
+    return [f"{name}{'[' + ','.join(sorted(needed[name])) + ']' if needed[name] else ''}=={metadata.version(name)}"
+            for name in sorted(needed)]
+
+
+def node_distributions() -> dict[str, set[str]]:
+    """The distributions the project's runtime dependencies need, by name, with the extras asked of each."""
     extras: dict[str, set[str]] = {}  # each distribution needed, with the extras asked of it
     wanted = [req for req in map(Requirement, metadata.requires(PROJECT) or []) if req.marker is None]  # not `dev`
     while wanted:
@@ -136,12 +142,12 @@ def pinned_requirements() -> list[str]:
         asked = [{"extra": extra} for extra in extras[name] or {""}]
         wanted += [sub for sub in map(Requirement, metadata.requires(name) or [])
                    if sub.marker is None or any(sub.marker.evaluate(environment) for environment in asked)]
-    return [f"{name}{'[' + ','.join(sorted(extras[name])) + ']' if extras[name] else ''}=={metadata.version(name)}"
-            for name in sorted(extras)]
+    return extras
 
 
-def pack_environment(requirements: Path, output: Path) -> Path:
-    """A virtualenv of this Python holding exactly `requirements`, packed by venv-pack into `output`.
+def pack_environment(output: Path) -> Path:
+    """A virtualenv of this Python holding the files of `node_distributions()` as installed here, packed by
+    venv-pack into `output`: the tested files themselves, compiled already, with no package index to reach.
 
     Its `bin/python` links to this Python's own path, so the nodes need that Python at that path: build it on the
     nodes' OS image (AWS's guide for EMR Serverless builds on Amazon Linux with the release's Python)."""
@@ -149,17 +155,31 @@ def pack_environment(requirements: Path, output: Path) -> Path:
 
     with tempfile.TemporaryDirectory(prefix="pipeline-environment-") as scratch:
         prefix = Path(scratch) / ENVIRONMENT
-        venv.EnvBuilder(symlinks=True).create(prefix)  # no pip of its own: this Python's pip installs into it
-        log.info("package.environment_install", requirements=str(requirements))
-        installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(prefix / "bin" / "python"), "install",
-                                    "--quiet", "--no-deps", "--requirement", str(requirements)],
-                                   capture_output=True, text=True)
-        if installed.returncode != 0:
-            raise PackageError(f"pip could not install {requirements} into the packed environment (it needs the "
-                               f"package index or its cache): {installed.stderr.strip()[-2000:]}")
+        venv.EnvBuilder(symlinks=True).create(prefix)
+        site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+        log.info("package.environment_copy", distributions=len(node_distributions()))
+        for name in sorted(node_distributions()):
+            copy_distribution(metadata.distribution(name), site)
         log.info("package.environment_pack", output=str(output))
         venv_pack.pack(prefix=str(prefix), output=str(output), force=True)
     return output
+
+
+def copy_distribution(distribution: metadata.Distribution, site: Path) -> None:
+    """Every file `distribution`'s record lists under its site-packages into `site` (its scripts, outside it, are
+    not needed by the executors)."""
+    name = distribution.metadata["Name"]
+    if distribution.files is None:
+        raise PackageError(f"{name} was installed without a record of its files, so it cannot be packed; reinstall "
+                           f"it with pip (`pip install --force-reinstall {name}=={distribution.version}`)")
+    for file in distribution.files:
+        target = (site / file).resolve()
+        if not target.is_relative_to(site.resolve()):
+            continue
+        source = Path(distribution.locate_file(file))
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
 
 
 def passed_on(overrides: Sequence[str]) -> list[str]:
