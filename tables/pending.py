@@ -174,12 +174,13 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str, full: bool = False
         return count
     # The changes resolved among themselves; the MERGE finishes the rule against the base rows.
     resolved = spark.sql(pending_resolved_sql(columns, keys, changes)).localCheckpoint()
-    kept = None if full else _kept_keys(cfg, spark, name, base, resolved)
+    total = resolved.count()
+    kept = None if full else _kept_keys(cfg, spark, name, base, resolved, keys, columns)
     staying = 0 if kept is None else kept.count()
-    if staying * 2 > resolved.count():  # a fold by key would keep most keys: fold them all
+    if staying * 2 > total:  # a fold by key would keep most keys: fold them all
         kept, staying = None, 0
     folded = resolved.join(F.broadcast(kept), keys, "left_anti").localCheckpoint() if staying else resolved
-    count = folded.count()
+    count = folded.count() if staying else total
     if count:
         # The base carries the watermark too, for the day the pending table goes (`mirror.layout = merge`).
         clauses = (fold_clauses if kept is None else key_fold_clauses)([*columns, UNCHANGED], keys,
@@ -194,15 +195,15 @@ def fold(cfg: PipelineConfig, spark: SparkSession, name: str, full: bool = False
     return count
 
 
-def _kept_keys(cfg: PipelineConfig, spark: SparkSession, name: str, base: LakeTable, resolved: DataFrame) -> DataFrame:
-    """The keys of `resolved` (materialised) whose rows need their base rows' values (not `key_foldable`), found by
-    one read of the base's keys and `_seq`; materialised."""
+def _kept_keys(cfg: PipelineConfig, spark: SparkSession, name: str, base: LakeTable, resolved: DataFrame,
+               keys: list[str], columns: list[str]) -> DataFrame:
+    """The `keys` of `resolved` (materialised) whose rows need their base rows' values (not `key_foldable`), found
+    by one read of the base's keys and `_seq`; materialised. `columns`: the base's state columns."""
     from pyspark.sql import functions as F
 
-    keys = overlay_keys(cfg, name)
     on_base = base.read().select(*[F.col(quote(k)) for k in keys], F.col("_seq").alias(BASE_SEQ))
     pending = resolved.select(*[F.col(quote(k)) for k in keys], "_seq", "_is_deleted",
-                              F.expr(least_known(state_columns(base), keys)).alias(LEAST_KNOWN))
+                              F.expr(least_known(columns, keys)).alias(LEAST_KNOWN))
     with session_conf(spark, merge_join_conf(cfg, name, keys)):  # a plan of one join, its source materialised
         return (on_base.join(pending, keys).where(~F.expr(key_foldable(cfg.mirror.delete_mode)))
                 .select(*[F.col(quote(k)) for k in keys]).localCheckpoint())

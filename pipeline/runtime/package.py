@@ -157,8 +157,9 @@ def pack_environment(output: Path) -> Path:
         prefix = Path(scratch) / ENVIRONMENT
         venv.EnvBuilder(symlinks=True).create(prefix)
         site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-        log.info("package.environment_copy", distributions=len(node_distributions()))
-        for name in sorted(node_distributions()):
+        names = sorted(node_distributions())
+        log.info("package.environment_copy", distributions=len(names))
+        for name in names:
             copy_distribution(metadata.distribution(name), site)
         log.info("package.environment_pack", output=str(output))
         venv_pack.pack(prefix=str(prefix), output=str(output), force=True)
@@ -172,9 +173,10 @@ def copy_distribution(distribution: metadata.Distribution, site: Path) -> None:
     if distribution.files is None:
         raise PackageError(f"{name} was installed without a record of its files, so it cannot be packed; reinstall "
                            f"it with pip (`pip install --force-reinstall {name}=={distribution.version}`)")
+    site = site.resolve()
     for file in distribution.files:
         target = (site / file).resolve()
-        if not target.is_relative_to(site.resolve()):
+        if not target.is_relative_to(site):
             continue
         source = Path(distribution.locate_file(file))
         if source.is_file():
