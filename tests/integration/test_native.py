@@ -161,7 +161,8 @@ def test_the_quiet_topics_job_lands_what_the_function_decodes(cfg, spark, framed
     """jvm/cdc `QuietTopics` (the quiet topics' one plan, `pipeline/stages/changelog/quiet.py`) decodes two topics'
     envelopes in one job with the function's programs: it lands the stamped change record `native.normalized`
     gives, and counts (lands none of) what does not decode, what the function's path refuses, tombstones and
-    records that are not framed envelopes of the topic's writers."""
+    records that are not framed envelopes of the topic's writers: of those, the ones the input marks stray and
+    the envelopes of an id of no writer (with their ids)."""
     from cdc.framing import Kind
     from cdc.normalize import any_rejection
     from pipeline.stages.changelog import quiet
@@ -176,12 +177,14 @@ def test_the_quiet_topics_job_lands_what_the_function_decodes(cfg, spark, framed
     cases = [("shop.public.t", framed, _writers(), json.dumps(_envelope(2)), ["id", "name"]),
              ("shop.public.typed", typed_rows, {"51": typed_reader}, typed_reader, ["id", "zoned", "blob"])]
     odd = spark.createDataFrame([(None, "shop.public.t", 1, 0, datetime(2026, 1, 1), None),  # a tombstone
-                                 (b"\x07plain", "shop.public.t", 1, 1, datetime(2026, 1, 1), None)],  # unframed
-                                KAFKA_ROWS)
+                                 (b"\x07plain", "shop.public.t", 1, 1, datetime(2026, 1, 1), None),  # unframed
+                                 (b"\x00\x00\x00\x00\x63\x02", "shop.public.t", 1, 2, datetime(2026, 1, 1), "99")],
+                                KAFKA_ROWS)  # the last: an envelope of an id of no writer of the topic
     kind = (F.when(F.col("value").isNull(), Kind.TOMBSTONE.value)
             .when(F.col("schema_id").isNull(), Kind.UNFRAMED.value).otherwise(Kind.FRAMED.value))
     rows = (functools.reduce(DataFrame.unionByName, [frame for _, frame, *_ in cases] + [odd])
-            .withColumns({"compressed": F.lit(False), "kind": kind, quiet.BODY_OFFSET: framing.body_offset()}))
+            .withColumns({"compressed": F.lit(False), "kind": kind, quiet.BODY_OFFSET: framing.body_offset()})
+            .withColumn(quiet.STRAY, F.col("kind") == Kind.UNFRAMED.value))
     topics = []
     for topic, _, writers, reader, keys in cases:
         config = native.config(writers, reader)
@@ -190,7 +193,8 @@ def test_the_quiet_topics_job_lands_what_the_function_decodes(cfg, spark, framed
     counted = quiet.append(spark, rows, topics, "w", 3, {"_ingested_at": 1_767_268_800_000_000, "_batch_id": 3},
                            {}, threads=2)
     assert [(c.rows, c.tombstones, c.rest, c.invalid, c.refused, c.written, c.ids) for c in counted] == [
-        (len(CHANGES) + 4, 1, 1, 2, 1, len(CHANGES) - 1, ["41", "42"]), (8, 0, 0, 0, 5, 3, ["51"])]
+        (len(CHANGES) + 5, 1, 2, 2, 1, len(CHANGES) - 1, ["41", "42"]), (8, 0, 0, 0, 5, 3, ["51"])]
+    assert [(c.stray, c.unlisted, c.unlisted_ids) for c in counted] == [(1, 1, ["99"]), (0, 0, [])]
     for (topic, frame, writers, reader, keys), found in zip(cases, topics):
         decoded = native.decoded(frame, framing, writers, reader)
         checks = native.rejections(decoded, reader, keys)

@@ -7,17 +7,19 @@ and written by one job (jvm/cdc `ManyTables`, `tables/append.py` `ManyTablesAppe
 through Iceberg's Java API.
 
 The batch is what `simulate --tables synthetic:12 --poison 0.02` sends (Debezium, two partitions a topic, some
-records dead letters), read by the ranges the stage reads (`kafka_offsets.TopicRange`), landed once by each path
-into a namespace of its own."""
+records dead letters) and a DMS JSON record on one of its topics (which one pass of the topic leaves, to be
+landed the planned way in the table its metadata names), read by the ranges the stage reads
+(`kafka_offsets.TopicRange`), landed once by each path into a namespace of its own."""
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
 from cdc.framing import Framing
@@ -37,6 +39,9 @@ from tables.names import quote
 
 TABLES = 12
 BATCH = 7
+DMS_RECORD = {"data": {"id": 7, "name": "x"}, "metadata": {
+    "timestamp": "2026-01-02T03:04:05.000000Z", "record-type": "data", "operation": "insert",
+    "schema-name": "shop", "table-name": "orders", "transaction-id": 1, "transaction-record-id": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +56,9 @@ def ranges(cfg: PipelineConfig, stack, tmp_path_factory) -> list[TopicRange]:
     consumer = Consumer(kafka.client_conf(cfg.kafka, **{"group.id": "one-job-test"}))
     try:
         topics = sorted(t for t in consumer.list_topics(timeout=10).topics if t.startswith(f"{prefix}."))
+        producer = Producer(kafka.client_conf(cfg.kafka))
+        producer.produce(topics[0], json.dumps(DMS_RECORD).encode(), partition=0)
+        assert producer.flush(10) == 0
         return [TopicRange(topic, {p: (EARLIEST, consumer.get_watermark_offsets(TopicPartition(topic, p),
                                                                                 timeout=10)[1])
                                    for p in consumer.list_topics(topic, timeout=10).topics[topic].partitions})
@@ -118,7 +126,9 @@ def _report(report: BatchReport, cfg: PipelineConfig) -> dict:
 def test_one_job_lands_what_each_topics_own_write_lands(spark, ranges, landed) -> None:
     (own_cfg, own), one_jobs = landed["own"], (landed["plan"], landed["job"])
     names = _landed_tables(spark, own_cfg)
-    assert len(names) == TABLES + 1 and own.dead_letters > 0 and own.planned, (names, own)  # + dead_letters
+    # + the DMS record's table, + dead_letters; the poison dead-lettered from what one pass counted, the DMS
+    # record landed the planned way
+    assert len(names) == TABLES + 2 and own.dead_letters > 0 and own.planned == [ranges[0].topic], (names, own)
     # every topic is Debezium envelopes the native decoder reads: decoded by the one plan (`quiet.py`)
     assert sorted(landed["plan"][1].one_plan) == [r.topic for r in ranges]
     assert not own.one_plan and not landed["job"][1].one_plan
@@ -136,9 +146,11 @@ def test_the_tables_were_committed_through_icebergs_java_api(spark, landed, path
     one_cfg, one = landed[path]
     for table in one.tables:
         if not table.endswith(f".{one_cfg.changelog.dead_letter_table}"):
-            [summary] = [s.summary() for s in iceberg_table(spark, table).snapshots()
-                         if s.summary().get(COMMIT_PROPERTY) == f"q:{BATCH}"]
-            assert summary.get("spark.app.id") is None, table
+            summaries = {s.summary().get(COMMIT_PROPERTY): s.summary() for s in iceberg_table(spark, table).snapshots()}
+            if f"q+rest:{BATCH}" in summaries:  # the DMS record's table
+                assert f"q:{BATCH}" not in summaries and summaries[f"q+rest:{BATCH}"].get("spark.app.id"), table
+            else:
+                assert summaries[f"q:{BATCH}"].get("spark.app.id") is None, table
 
 
 def test_a_replayed_batch_is_skipped_table_by_table(spark, ranges, landed) -> None:
@@ -168,7 +180,8 @@ def test_a_batch_some_of_whose_tables_were_committed_lands_the_rest_once(cfg, sp
 def test_a_table_whose_columns_the_batch_changes_lands_by_a_write_of_its_own(cfg, spark, ranges) -> None:
     """A table that lacks a column the batch brings is not the one job's: a write of its own adds the column."""
     config = _config(cfg, one_job=True)
-    _land(config, spark, ranges[:2])
+    quiet = ranges[1:3]  # two topics of Debezium envelopes alone
+    _land(config, spark, quiet)
     changed, kept = [name for name in _landed_tables(spark, config) if name != config.changelog.dead_letter_table]
     table = iceberg_table(spark, f"{config.catalog.name}.{config.changelog.namespace}.{changed}")
     keys = stored_keys(dict(table.properties()))
@@ -178,7 +191,7 @@ def test_a_table_whose_columns_the_batch_changes_lands_by_a_write_of_its_own(cfg
     report = BatchReport(BATCH + 1, writer="q")
     landing = Landing(config, spark)
     headers = Framing.of(config.registry.wire_format).reads_headers
-    landing.land_topics(BatchReads(ranges[:2], spark, config.kafka, headers), report)
+    landing.land_topics(BatchReads(quiet, spark, config.kafka, headers), report)
     assert column in spark.table(_table(config, changed)).columns
     for name, own_write in ((changed, True), (kept, False)):
         [summary] = [s.summary() for s in iceberg_table(spark, f"{config.catalog.name}."

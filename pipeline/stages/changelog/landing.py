@@ -17,9 +17,10 @@ beside them; they never block a partition.
 
 Two ways to land a topic's rows:
 - one pass (`land_topics`): the topic's rows are decoded and appended as they are read, the writers being every
-  version of the topic's subject, asked of the registry; what that does not cover is counted on the way and
-  only then read again. This is how Kafka batches land; their quiet topics' appends are one Spark job, each table
-  committed through Iceberg's Java API (`tables/append.py`, `ManyTablesAppender`).
+  version of the topic's subject, asked of the registry; what that does not cover is counted on the way and,
+  unless it is all dead letters, only then read again. This is how Kafka batches land; their quiet topics'
+  appends are one Spark job, each table committed through Iceberg's Java API (`tables/append.py`,
+  `ManyTablesAppender`).
 - planned (`land`): one job reads and caches the rows to find their topics, kinds and schema ids, then each
   topic is decoded from the cache. This is how dead letters replayed land, and a Kinesis batch of tables whose
   row types are not known yet.
@@ -79,6 +80,9 @@ KEYED_BY_RECORD = frozenset({"debezium", "debezium-unwrapped", native.FORMAT})  
 DEFINITIONS = "dms-table-defs"  # checkpoint folder: DMS table definitions of tables not created yet
 STAMPS = {"_ingested_at": "timestamp", "_batch_id": "long"}  # the columns `stamped` adds, and their types
 MALFORMED = ("MalformedAvro", "the body does not decode with the schema its header names")  # error class, message
+WIRE_FORMAT = "WireFormatError"  # the error class of a record that is not in the transport's format
+NOT_DMS_JSON = (WIRE_FORMAT, "starts like JSON but is not a DMS JSON record: a JSON object with data and "
+                "metadata (an operation and a timestamp)")
 
 
 @dataclass
@@ -162,6 +166,17 @@ class Learned:
     landed: dict[str, int]
     rest: dict[str, TopicPlan]
     shapes: dict[str, list[str]] = field(default_factory=dict)  # topic -> shapes found to fit, not known before
+
+
+@dataclass(frozen=True)
+class Left:
+    """What one pass of a topic left (`rest` records, tombstones aside): of it, records sure to be dead letters
+    (`stray`) and uncompressed envelopes of ids of no writer it knew (`unlisted`, of `unlisted_ids`)."""
+
+    rest: int
+    stray: int
+    unlisted: int
+    unlisted_ids: Sequence[str]
 
 
 class Landing:
@@ -278,12 +293,12 @@ class Landing:
     def _land_together(self, together: list[QuietTopic], topics: BatchTopics, report: BatchReport
                        ) -> list[tuple[str, tuple[BatchReport, list[DataFrame]]]]:
         """The one plan's topics decoded and appended by one job (`quiet.append`), then each topic's counts, dead
-        letters and the rest of its records (`_rest`), as after a write of its own. Per topic, its report and
+        letters and the rest of its records (`_left`), as after a write of its own. Per topic, its report and
         dead letters."""
         from pyspark.sql import functions as F
 
-        rows = self._classified(topics.together([t.topic for t in together])).withColumn(
-            quiet.BODY_OFFSET, self.framing.body_offset())
+        rows = self._classified(topics.together([t.topic for t in together])).withColumns(
+            {quiet.BODY_OFFSET: self.framing.body_offset(), quiet.STRAY: _stray()})
         counted = quiet.append(self.spark, rows, together, report.writer, report.batch_id,
                                stamp_values(report.batch_id), {BATCH_STARTED: str(report.started_ms)},
                                self.cfg.changelog.concurrent_topics)
@@ -302,8 +317,9 @@ class Landing:
                     dead += self._rejected(decoded, *MALFORMED, native.rejections(decoded, topic.reader, topic.keys),
                                            invalid=found.invalid > 0, refused=found.refused > 0)
                 if found.rest:
-                    dead += self._rest(raw.where(~handled & (F.col("kind") != Kind.TOMBSTONE.value)),
-                                       topic.topic, part)
+                    left = Left(found.rest, found.stray, found.unlisted, found.unlisted_ids)
+                    dead += self._left(raw, ~handled & (F.col("kind") != Kind.TOMBSTONE.value), topic.topic, left,
+                                       part)
             return topic.topic, (part, dead)
 
         return self._in_threads(after, list(zip(together, counted)))
@@ -478,9 +494,10 @@ class Landing:
         of the registry per batch, which holds every version the batch's records were written with by then.
 
         What that does not cover is counted on the way (an id of no version of the subject, DMS JSON, unframed
-        bytes, a compressed body) and, only when there is some, read again and landed the planned way
-        (`_planned`) under a writer id of its own, so that a replay skips or lands each part once. The part is
-        the same on a replay: a batch's ids are versions of the subject or not, whenever it is asked."""
+        bytes, a compressed body): when all of it is sure to be dead letters (`_left_dead`), it is; else it is
+        read again and landed the planned way (`_planned`) under a writer id of its own, so that a replay skips
+        or lands each part once. The part is the same on a replay: a batch's ids are versions of the subject or
+        not, whenever it is asked."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
@@ -496,16 +513,20 @@ class Landing:
                 cached.unpersist()
         handled = _handled(writers)
         tombstone = F.col("kind") == Kind.TOMBSTONE.value
+        unlisted = ~handled & _unlisted()
         counts = (F.count(F.lit(1)).alias("rows"), F.count_if(tombstone).alias("tombstones"),
-                  F.count_if(~handled & ~tombstone).alias("rest"),
-                  F.collect_set(F.when(handled, F.col("schema_id"))).alias("ids"))
+                  F.count_if(~handled & ~tombstone).alias("rest"), F.count_if(_stray()).alias("stray"),
+                  F.count_if(unlisted).alias("unlisted"),
+                  F.collect_set(F.when(handled, F.col("schema_id"))).alias("ids"),
+                  F.collect_set(F.when(unlisted, F.col("schema_id"))).alias("unlisted_ids"))
         seen = Observation(f"one pass {topic} {report.batch_id}")
         dead, done = yield from self._topic_steps(raw.observe(seen, *counts).where(handled), TopicPlan(topic),
                                                   report.batch_id, report, grouped=(by_reader, {}))
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
         self._counted(topic, observed["rows"], observed["tombstones"], observed["ids"], done, report)
         if observed["rest"]:
-            dead += self._rest(raw.where(~handled & ~tombstone), topic, report)
+            left = Left(observed["rest"], observed["stray"], observed["unlisted"], observed["unlisted_ids"])
+            dead += self._left(raw, ~handled & ~tombstone, topic, left, report)
         return dead
 
     def _counted(self, topic: str, rows: int, tombstones: int, ids: Sequence[str], done: Appended | None,
@@ -517,6 +538,37 @@ class Landing:
         report.rows_in += rows
         report.tombstones += tombstones
         report.records[topic] = report.records.get(topic, 0) + rows - tombstones
+
+    def _left(self, raw: DataFrame, rest: Column, topic: str, left: Left, report: BatchReport) -> list[DataFrame]:
+        """The dead letters of what one pass of a topic (`raw`, `_classified`) left (its rows where `rest`): as
+        `_left_dead` finds them, or by landing it the planned way (`_rest`)."""
+        found = self._left_dead(raw, topic, left)
+        return found if found is not None else self._rest(raw.where(rest), topic, report)
+
+    def _left_dead(self, raw: DataFrame, topic: str, left: Left) -> list[DataFrame] | None:
+        """What one pass of a topic left, as dead letters, when all of it is sure to be: records neither framed
+        nor DMS records (`_stray`), and envelopes of ids the registry resolves to no writer. Those are the dead
+        letters the planned way gives them, with their errors, without the jobs that read the topic again to plan
+        and decode it (a topic with a poison record paid them every batch). None when some of it may land (a
+        compressed body, DMS JSON, an id of another subject, a topic whose table name is refused)."""
+        from pyspark.sql import functions as F
+
+        if left.rest != left.stray + left.unlisted:
+            return None
+        by_reader, unresolved = self._by_reader(topic, self.resolver.writers(topic, left.unlisted_ids))
+        if by_reader:
+            return None
+        try:
+            self.owners.claim(SourceTable.of_topic(topic))
+        except UnmappableName:
+            return None
+        dead = []
+        if left.stray:  # both kinds in one part (one read of the topic), each with its message
+            message = F.when(F.col("kind") == Kind.UNFRAMED.value, F.lit(self._unframed_message))
+            dead.append(self._dead(raw.where(_stray()), WIRE_FORMAT, message.otherwise(F.lit(NOT_DMS_JSON[1]))))
+        framed = raw.where(F.col("kind") == Kind.FRAMED.value)
+        return dead + [self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason)
+                       for (error_class, reason), ids in unresolved.items()]
 
     def _rest(self, rows: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
         """What one pass of a topic did not cover (`rows`, `_classified`), landed the planned way under a writer id
@@ -550,8 +602,7 @@ class Landing:
                 report.control[name] = report.control.get(name, 0) + count
         dead = []
         if any(plan.unframed for plan in plans.values()):
-            dead.append(self._dead(batch_rows.where(F.col("kind") == Kind.UNFRAMED.value), "WireFormatError",
-                                   f"neither {self.framing.expected} nor a DMS JSON object"))
+            dead.append(self._unframed(batch_rows))
         for topic, plan in sorted(plans.items()):
             dead += self._topic(batch_rows.where(F.col("topic") == topic), plan, report.batch_id, report)[0]
         return dead
@@ -697,9 +748,7 @@ class Landing:
             json_rows = rows.where(F.col("kind") == Kind.JSON.value)
             part = (decode.dms_json_fitting(json_rows, plan.row_type) if plan.fitting and plan.row_type
                     else decode.dms_json(json_rows, plan.row_type))
-            decoded.append(("dms-json", part, "WireFormatError",
-                            "starts like JSON but is not a DMS JSON record: a JSON object with data and metadata "
-                            "(an operation and a timestamp)", None))
+            decoded.append(("dms-json", part, *NOT_DMS_JSON, None))
         if not decoded:
             return dead, None
         keys = self.cfg.mirror.key_columns(name) or self._key(name, plan.topic, {fmt for fmt, *_ in decoded})
@@ -732,14 +781,25 @@ class Landing:
                                        refusal, reason))
         return dead
 
+    def _unframed(self, rows: DataFrame) -> DataFrame:
+        """The dead letters of the rows that are neither registry frames nor JSON."""
+        from pyspark.sql import functions as F
+
+        return self._dead(rows.where(F.col("kind") == Kind.UNFRAMED.value), WIRE_FORMAT, self._unframed_message)
+
+    @property
+    def _unframed_message(self) -> str:
+        return f"neither {self.framing.expected} nor a DMS JSON object"
+
     @staticmethod
-    def _dead(rows: DataFrame, error_class: str, message: str) -> DataFrame:
+    def _dead(rows: DataFrame, error_class: str, message: str | Column) -> DataFrame:
         from pyspark.sql import functions as F
 
         transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in rows.columns]
         return rows.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            F.col("schema_id").cast("string").alias("schema_id"),
-                           F.lit(error_class).alias("error_class"), F.lit(message).alias("error_message"))
+                           F.lit(error_class).alias("error_class"),
+                           (F.lit(message) if isinstance(message, str) else message).alias("error_message"))
 
     # -- keys and DMS table definitions, kept with the tables -----------------------------------------
 
@@ -879,6 +939,24 @@ def _handled(writers: Collection[str]) -> Column:
     from pyspark.sql import functions as F
 
     return (F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isin(sorted(writers)) & ~F.col("compressed")
+
+
+def _stray() -> Column:
+    """Whether a `_classified` row is a dead letter whatever the registry holds: neither framed nor JSON, or JSON
+    with no `metadata` (not a DMS record, nor routed to another table by one). Never null."""
+    from pyspark.sql import functions as F
+
+    no_metadata = F.try_variant_get(F.col(decode.PARSED), "$.metadata", "variant").isNull()
+    return F.coalesce((F.col("kind") == Kind.UNFRAMED.value) | ((F.col("kind") == Kind.JSON.value) & no_metadata),
+                      F.lit(False))
+
+
+def _unlisted() -> Column:
+    """Whether a `_classified` row is an uncompressed frame with a schema id: with `~_handled`, one whose id is of
+    no writer the one pass knew."""
+    from pyspark.sql import functions as F
+
+    return ((F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isNotNull()) & ~F.col("compressed")
 
 
 def _lands(reader: str) -> bool:

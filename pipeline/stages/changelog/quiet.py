@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 BODY_OFFSET = "body_offset"  # the input's column: where a framed value's Avro body starts (`Framing.body_offset`)
+STRAY = "stray"  # the input's column: the record is a dead letter whatever the registry holds (`Landing`)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,10 @@ class Counted:
     invalid: int  # envelopes that do not decode
     refused: int  # envelopes that decode but must not land (`native.rejections`)
     written: int
+    stray: int  # of the rest: records sure to be dead letters (the input's `STRAY`)
+    unlisted: int  # of the rest: uncompressed envelopes of an id of none of the topic's writers
     ids: list[str]  # the writer ids its framed records carried
+    unlisted_ids: list[str]  # the ids of the `unlisted` envelopes
 
 
 @functools.lru_cache(maxsize=4096)
@@ -68,9 +72,10 @@ def change_record(spark: SparkSession, config: str) -> StructType:
 
 def append(spark: SparkSession, rows: DataFrame, topics: Sequence[QuietTopic], writer_id: str, batch_id: int,
            stamps: Mapping[str, int], properties: Mapping[str, str], threads: int) -> list[Counted]:
-    """Decodes `topics`' records of `rows` (`Landing._classified`'s columns and `BODY_OFFSET`) and appends them to
-    their tables, each committed with `properties` and the commit tag of (`writer_id`, `batch_id`); `stamps` fill
-    `_ingested_at` (micros) and `_batch_id`. In `topics`' order; the job's and the commits' seconds are logged."""
+    """Decodes `topics`' records of `rows` (`Landing._classified`'s columns, `BODY_OFFSET` and `STRAY`) and appends
+    them to their tables, each committed with `properties` and the commit tag of (`writer_id`, `batch_id`); `stamps`
+    fill `_ingested_at` (micros) and `_batch_id`. In `topics`' order; the job's and the commits' seconds are
+    logged."""
     tasks = TASKS_PER_CORE * spark.sparkContext.defaultParallelism
     tables: list[Any] = [None if topic.target.skipped else topic.target.table for topic in topics]
     found = json.loads(_quiet_topics(spark).append(

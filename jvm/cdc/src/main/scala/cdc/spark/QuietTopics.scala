@@ -35,11 +35,15 @@ import org.apache.spark.unsafe.types.UTF8String
  *  A record that is not a framed envelope of one of its topic's writers, uncompressed, is not landed here but
  *  counted (`rest`, or `tombstones`), as are envelopes that do not decode (`invalid`) and those that decode but
  *  must not land (`refused`: a key column holding Debezium's TOAST placeholder, a decimal that does not fit):
- *  the caller lands or dead-letters those by its per-topic path. */
+ *  the caller lands or dead-letters those by its per-topic path. Of the rest, the records the input marks
+ *  `stray` (sure to be dead letters) are counted again as `stray`, and the uncompressed envelopes of an id of
+ *  no writer as `unlisted`, their ids given: when that is all the rest, the caller dead-letters it without
+ *  planning it. */
 object QuietTopics {
-  private val Counted = Seq("rows", "tombstones", "rest", "invalid", "refused", "written")
+  private val Counted = Seq("rows", "tombstones", "rest", "invalid", "refused", "written", "stray", "unlisted")
   private val Rows = 0; private val Tombstones = 1; private val Rest = 2
-  private val Invalid = 3; private val Refused = 4; private val Written = 5
+  private val Invalid = 3; private val Refused = 4; private val Written = 5; private val Stray = 6
+  private val Unlisted = 7
   private val Debezium = UTF8String.fromString("debezium")
 
   private val Sequence = StructType(Seq(StructField("source_major", LongType), StructField("source_minor", LongType),
@@ -56,7 +60,7 @@ object QuietTopics {
     StructField("_batch_id", LongType))
   /** The input's columns, by name. */
   private val Input = Seq("value", "topic", "partition", "offset", "timestamp", "schema_id", "compressed", "kind",
-    "body_offset")
+    "body_offset", "stray")
 
   /** The change record of a topic whose envelopes `config` decodes (`DebeziumEnvelope.Config`), as a Spark struct's
    *  JSON: the row columns and the change record's own, stamped. */
@@ -70,8 +74,9 @@ object QuietTopics {
    *  `stamps` give `_ingested_at` (micros) and `_batch_id`; `framed` and `tombstone` are the `kind` column's values
    *  of a registry-framed record and of a tombstone. One Spark job of `tasks` tasks, then the commits, `threads` at a
    *  time, each with the snapshot properties `snapshot`. Returns, as JSON, the seconds of the job and of the
-   *  commits and per topic, in `names`' order, its counts and the writer ids its framed records carried:
-   *  `{"job_s": s, "commits_s": s, "topics": [{"rows": n, ..., "ids": [...]}, ...]}`. */
+   *  commits and per topic, in `names`' order, its counts, the writer ids its framed records carried and the
+   *  unlisted ones: `{"job_s": s, "commits_s": s, "topics": [{"rows": n, ..., "ids": [...],
+   *  "unlisted_ids": [...]}, ...]}`. */
   def append(rows: Dataset[Row], names: java.util.List[String], configs: java.util.List[String],
              keys: java.util.List[java.util.List[String]], tables: java.util.List[Table],
              stamps: java.util.Map[String, java.lang.Number], snapshot: java.util.Map[String, String],
@@ -112,9 +117,10 @@ object QuietTopics {
       Seq.fill(written.size)(snapshot), threads)
     val counts = Array.ofDim[Long](count, Counted.size)
     val ids = Array.fill(count)(mutable.SortedSet[String]())
+    val unlisted = Array.fill(count)(mutable.SortedSet[String]())
     found.foreach { result =>
       for (i <- 0 until count; c <- Counted.indices) counts(i)(c) += result.counts(i)(c)
-      for (i <- 0 until count) ids(i) ++= result.ids(i)
+      for (i <- 0 until count) { ids(i) ++= result.ids(i); unlisted(i) ++= result.unlisted(i) }
     }
     written.zip(committed).foreach { case ((_, i), n) =>
       require(n == counts(i)(Written), s"${names.get(i)}: committed $n rows of ${counts(i)(Written)} written")
@@ -129,6 +135,8 @@ object QuietTopics {
       Counted.indices.foreach(c => node.put(Counted(c), counts(i)(c)))
       val list = node.putArray("ids")
       ids(i).foreach(list.add)
+      val unlistedList = node.putArray("unlisted_ids")
+      unlisted(i).foreach(unlistedList.add)
     }
     mapper.writeValueAsString(out)
   }
@@ -138,7 +146,7 @@ object QuietTopics {
     SparkSchemaUtil.convert(table.schema).fieldNames.map(name => record.fieldNames.indexOf(name))
 
   private final case class Found(files: Seq[(Int, Array[DataFile])], counts: Array[Array[Long]],
-                                 ids: Array[Set[String]])
+                                 ids: Array[Set[String]], unlisted: Array[Set[String]])
 
   /** One task's records, each topic's together (sorted by topic): one table's files open at a time. */
   private final class Task(topics: Array[UTF8String], configs: Array[String], keys: Array[Set[UTF8String]],
@@ -146,6 +154,7 @@ object QuietTopics {
                            kinds: (UTF8String, UTF8String), zone: ZoneId, part: Int) {
     private val counts = Array.ofDim[Long](topics.length, Counted.size)
     private val ids = Array.fill(topics.length)(mutable.Set[String]())
+    private val unlisted = Array.fill(topics.length)(mutable.Set[String]())
     private val files = mutable.ArrayBuffer[(Int, Array[DataFile])]()
     private var current = -1
     private var decoder: DebeziumEnvelope.Decoder = _
@@ -159,7 +168,15 @@ object QuietTopics {
       val kind = record.getUTF8String(7)
       val id = if (record.isNullAt(5)) null else record.getUTF8String(5)
       if (kind == kinds._2) { n(Tombstones) += 1; return }
-      if (kind != kinds._1 || id == null || !decoder.writes(id) || record.getBoolean(6)) { n(Rest) += 1; return }
+      if (kind != kinds._1 || id == null || !decoder.writes(id) || record.getBoolean(6)) {
+        n(Rest) += 1
+        if (record.getBoolean(9)) n(Stray) += 1
+        else if (kind == kinds._1 && id != null && !record.getBoolean(6)) {
+          n(Unlisted) += 1
+          unlisted(topic) += id.toString
+        }
+        return
+      }
       ids(topic) += id.toString
       val decoded = decoder.decode(record.getBinary(0), id, record.getInt(8)) // its strings lie in its own copy
       if (decoded == null) { n(Invalid) += 1; return }
@@ -172,7 +189,7 @@ object QuietTopics {
 
     def finish(): Found = {
       close()
-      Found(files.toSeq, counts, ids.map(_.toSet))
+      Found(files.toSeq, counts, ids.map(_.toSet), unlisted.map(_.toSet))
     }
 
     private def start(topic: Int): Unit = {
