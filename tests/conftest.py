@@ -48,6 +48,7 @@ TEST_SETTINGS = [
     f"stack.registry_management_port={19001 + PORT_OFFSET}",
     f"stack.moto_port={15001 + PORT_OFFSET}",
     f"stack.metastore_port={19083 + PORT_OFFSET}",  # started by the one module that uses it
+    "stack.trino_java_options=-XX:TieredStopAtLevel=1",  # a Trino of a few queries: C2 never pays back
     f"stack.spark_master_port={17077 + PORT_OFFSET}",  # the Spark cluster's, too (test_spark_cluster.py)
     f"stack.spark_master_ui_port={17090 + PORT_OFFSET}",
     f"stack.spark_worker_port={17078 + PORT_OFFSET}",

@@ -59,6 +59,8 @@ class StackSettings(_Section):
     trino_port: int = Field(8086, ge=1, le=65535)
     trino_heap: str = Field("4g", description="Trino's JVM heap; its queries may use 30% of it")
     trino_java: Path | None = Field(None, description="a Java 24+ executable; found automatically when unset")
+    trino_java_options: str = Field("", description="JVM options for Trino after its deployment guide's, "
+                                    "space-separated (the tests' Trino compiles with C1 alone)")
     spark_cluster: bool = Field(False, description="also run a Spark standalone master and workers, each a JVM "
                                 "of its own, to submit the stages to (`stack up --with spark-cluster`)")
     spark_master_port: int = Field(7077, ge=1, le=65535)
