@@ -39,6 +39,15 @@ def _worker_index() -> int:
 # Two checkouts can test side by side on one machine with different offsets (PYTEST_PORT_OFFSET=100).
 PORT_OFFSET = int(os.environ.get("PYTEST_PORT_OFFSET", "0")) + WORKER_PORT_STRIDE * _worker_index()
 TEST_HOME = REPO / ".pipeline" / ("test" if not PORT_OFFSET else f"test-{PORT_OFFSET}")
+# Every JVM the tests start compiles with C1 alone (the stack's services too, `stack.java_options`), and with a
+# code cache of the size tiered compilation reserves: with C1 alone the JVM reserves 48 MiB, which Spark's driver
+# fills, and the sweeper then spends CPU flushing and compiling again (11 CPU-s in one mirror test). A test runs
+# broad driver code over tens of rows, which C2 compiles at a cost it never pays back: test_mirror.py's shared JVM
+# took 348 CPU-s with tiered compilation (132 of them in the compiler threads) and 285 with C1 alone; one of its
+# tests took 134 JVM CPU-s and 93 s against 89 CPU-s and 83 s. (Without the code cache, C1 alone had looked
+# slower: 289 s against 244 s.) The services answer a test's few requests: the test stack started in 32-36 CPU-s
+# with tiered compilation and 21 with C1 alone, Trino in 35.9 and 21.8.
+C1_ALONE = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 TEST_SETTINGS = [
     f"home={TEST_HOME}",
     f"jars={REPO / '.pipeline' / 'jars'}",  # shared with `make setup`: resolved once per checkout
@@ -48,7 +57,7 @@ TEST_SETTINGS = [
     f"stack.registry_management_port={19001 + PORT_OFFSET}",
     f"stack.moto_port={15001 + PORT_OFFSET}",
     f"stack.metastore_port={19083 + PORT_OFFSET}",  # started by the one module that uses it
-    "stack.trino_java_options=-XX:TieredStopAtLevel=1",  # a Trino of a few queries: C2 never pays back
+    f"stack.java_options={C1_ALONE}",
     f"stack.spark_master_port={17077 + PORT_OFFSET}",  # the Spark cluster's, too (test_spark_cluster.py)
     f"stack.spark_master_ui_port={17090 + PORT_OFFSET}",
     f"stack.spark_worker_port={17078 + PORT_OFFSET}",
@@ -70,13 +79,6 @@ def code_generation(compiled: bool) -> dict[str, str]:
             "spark.sql.codegen.factoryMode": "FALLBACK" if compiled else "NO_CODEGEN"}
 
 
-# Every JVM the tests start compiles with C1 alone, and with a code cache of the size tiered compilation
-# reserves: with C1 alone the JVM reserves 48 MiB, which Spark's driver fills, and the sweeper then spends CPU
-# flushing and compiling again (11 CPU-s in one mirror test). A test runs broad driver code over tens of rows,
-# which C2 compiles at a cost it never pays back: test_mirror.py's shared JVM took 348 CPU-s with tiered
-# compilation (132 of them in the compiler threads) and 285 with C1 alone; one of its tests took 134 JVM CPU-s
-# and 93 s against 89 CPU-s and 83 s. (Without the code cache, C1 alone had looked slower: 289 s against 244 s.)
-C1_ALONE = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 TINY_DATA_SESSION = [*(f"spark.conf.{key}={value}" for key, value in code_generation(False).items()),
                      f"spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC {C1_ALONE}"]
 # The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills): C1 alone too, and

@@ -54,13 +54,13 @@ class StackSettings(_Section):
                                   "the stack is started by root (PostgreSQL refuses to run as root)")
     connect_port: int = Field(8083, ge=1, le=65535, description="Kafka Connect's REST API")
     connect_heap: str = "512m"
+    java_options: str = Field("", description="JVM options for every Java service the stack starts, after each "
+                              "one's own, space-separated (the tests' services compile with C1 alone)")
     trino: bool = Field(False, description="also run Trino, the engine Athena is built on, on the Glue and S3 the "
                         "pipeline writes (`stack up --with trino`)")
     trino_port: int = Field(8086, ge=1, le=65535)
     trino_heap: str = Field("4g", description="Trino's JVM heap; its queries may use 30% of it")
     trino_java: Path | None = Field(None, description="a Java 24+ executable; found automatically when unset")
-    trino_java_options: str = Field("", description="JVM options for Trino after its deployment guide's, "
-                                    "space-separated (the tests' Trino compiles with C1 alone)")
     spark_cluster: bool = Field(False, description="also run a Spark standalone master and workers, each a JVM "
                                 "of its own, to submit the stages to (`stack up --with spark-cluster`)")
     spark_master_port: int = Field(7077, ge=1, le=65535)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -36,6 +37,11 @@ class Service(ABC):
     @abstractmethod
     def command(self) -> list[str]:
         """The command line; may prepare the data folder first (it is called right before start)."""
+
+    @property
+    def java_options(self) -> list[str]:
+        """`stack.java_options`, for a Java service to put after its own options (so they win)."""
+        return shlex.split(self.cfg.stack.java_options)
 
     @property
     def web_ui(self) -> str | None:

@@ -35,7 +35,7 @@ class Connect(Service):
     def command(self) -> list[str]:
         java = find_java(17, "Kafka Connect 4")
         classpath = str(jvm.CONNECT.resolve(self.cfg.jars_dir) / "*")
-        return [str(java), f"-Xmx{self.cfg.stack.connect_heap}",
+        return [str(java), f"-Xmx{self.cfg.stack.connect_heap}", *self.java_options,
                 f"-Dlog4j2.configurationFile={write_log_config(self.folder)}",
                 "-cp", classpath, "org.apache.kafka.connect.cli.ConnectDistributed", str(self._write_config())]
 

@@ -48,7 +48,7 @@ class Kafka(Service):
                 check=True, capture_output=True, text=True,
             )
         return [
-            str(java), f"-Xmx{self.cfg.stack.kafka_heap}", f"-Xms{self.cfg.stack.kafka_heap}",
+            str(java), f"-Xmx{self.cfg.stack.kafka_heap}", f"-Xms{self.cfg.stack.kafka_heap}", *self.java_options,
             f"-Dlog4j2.configurationFile={write_log_config(self.folder)}",
             "-cp", classpath, "kafka.Kafka", str(properties),
         ]
@@ -120,7 +120,7 @@ class Registry(Service):
             storage = ["-Dapicurio.storage.kind=sql", "-Dapicurio.storage.sql.kind=h2",
                        f"-Dapicurio.datasource.url=jdbc:h2:file:{self.folder / 'h2' / 'registry'}"]
         return [
-            str(java), f"-Xmx{s.registry_heap}",
+            str(java), f"-Xmx{s.registry_heap}", *self.java_options,
             f"-Dquarkus.http.host={self.host}", f"-Dquarkus.http.port={s.registry_port}",
             f"-Dquarkus.management.host={self.host}", f"-Dquarkus.management.port={s.registry_management_port}",
             *storage,
@@ -191,7 +191,8 @@ class Metastore(Service):
         }
         self.folder.mkdir(parents=True, exist_ok=True)
         # Hive logs asynchronously by default, through a library PySpark does not ship.
-        return [str(java), "-Xmx384m", f"-Dderby.system.home={self.folder}", "-Dhive.async.log.enabled=false",
+        return [str(java), "-Xmx384m", *self.java_options, f"-Dderby.system.home={self.folder}",
+                "-Dhive.async.log.enabled=false",
                 f"-Dhive.log.dir={self.folder}",
                 "-cp", classpath,
                 "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(self.cfg.stack.metastore_port),

@@ -21,10 +21,12 @@ from pipeline.stack.java import find_java
 DAEMON_HEAP = "512m"  # what spark-class gives a master or worker (SPARK_DAEMON_MEMORY's default is 1g)
 
 
-def _daemon(java: Path, log_dir: Path, main: str, *args: str, properties: dict[str, str] | None = None) -> list[str]:
-    """The command `spark-class` would run for a standalone daemon; `properties` are its Spark settings."""
+def _daemon(java: Path, options: list[str], log_dir: Path, main: str, *args: str,
+            properties: dict[str, str] | None = None) -> list[str]:
+    """The command `spark-class` would run for a standalone daemon, with JVM `options`; `properties` are its Spark
+    settings."""
     settings = [f"-D{key}={value}" for key, value in (properties or {}).items()]
-    return [str(java), f"-Xmx{DAEMON_HEAP}", "-cp", f"{spark_home() / 'conf'}:{spark_home() / 'jars'}/*",
+    return [str(java), f"-Xmx{DAEMON_HEAP}", *options, "-cp", f"{spark_home() / 'conf'}:{spark_home() / 'jars'}/*",
             f"-Dspark.log.dir={log_dir}", *settings, main, *args]
 
 
@@ -49,7 +51,8 @@ class SparkMaster(Service):
 
     def command(self) -> list[str]:
         s = self.cfg.stack
-        return _daemon(find_java(17, "Spark 4.1"), self.folder, "org.apache.spark.deploy.master.Master",
+        return _daemon(find_java(17, "Spark 4.1"), self.java_options, self.folder,
+                       "org.apache.spark.deploy.master.Master",
                        "--host", self.host, "--port", str(s.spark_master_port),
                        "--webui-port", str(s.spark_master_ui_port))
 
@@ -95,7 +98,8 @@ class SparkWorker(Service):
     def command(self) -> list[str]:
         s = self.cfg.stack
         (self.folder / "work").mkdir(parents=True, exist_ok=True)
-        return _daemon(find_java(17, "Spark 4.1"), self.folder, "org.apache.spark.deploy.worker.Worker",
+        return _daemon(find_java(17, "Spark 4.1"), self.java_options, self.folder,
+                       "org.apache.spark.deploy.worker.Worker",
                        "--host", self.host, "--port", str(s.spark_worker_port + self.index - 1),
                        "--webui-port", str(s.spark_worker_ui_port + self.index - 1),
                        "--cores", str(s.spark_worker_cores), "--memory", s.spark_worker_memory,

@@ -10,7 +10,6 @@ connector on the same Glue and S3, showing only the Delta tables.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +55,7 @@ class Trino(Service):
         server = jvm.TRINO.resolve(self.cfg.jars_dir)
         etc = self._write_config(server)
         return [
-            str(java), f"-Xmx{s.trino_heap}", *JVM_OPTIONS, *shlex.split(s.trino_java_options),
+            str(java), f"-Xmx{s.trino_heap}", *JVM_OPTIONS, *self.java_options,
             "-Djdk.attach.allowAttachSelf=true", "-XX:+EnableDynamicAgentLoading", "-Dfile.encoding=UTF-8",
             "--enable-native-access=ALL-UNNAMED", "--sun-misc-unsafe-memory-access=allow",
             f"-Dconfig={etc / 'config.properties'}", f"-Dnode.data-dir={self.folder / 'data'}",

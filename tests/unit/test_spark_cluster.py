@@ -15,7 +15,7 @@ from pipeline.config.settings import ConfigError, load_config
 from pipeline.runtime import package
 from pipeline.runtime.cluster import ClusterError, check_before_start, is_local
 from pipeline.stack.services import all_services
-from pipeline.stack.spark_cluster import SparkWorker, master_url
+from pipeline.stack.spark_cluster import DAEMON_HEAP, SparkMaster, SparkWorker, master_url
 from tests.conftest import free_port
 
 S3 = ["catalog.type=glue", "catalog.warehouse=s3://lake/warehouse", "changelog.checkpoint=s3a://lake/checkpoints"]
@@ -51,6 +51,13 @@ def test_each_worker_launches_executors_from_this_pyspark_with_the_configured_ke
     assert Path(env["SPARK_HOME"], "jars").is_dir() and env["SPARK_SCALA_VERSION"] == "2.13"
     assert env["AWS_ACCESS_KEY_ID"] == "test"  # the stack's moto keys, for S3A's environment provider
     assert "AWS_ACCESS_KEY_ID" not in SparkWorker(_cfg(tmp_path, "aws.endpoint_url="), 1).environment()
+
+
+def test_the_daemons_take_the_stacks_java_options_after_their_own(tmp_path: Path) -> None:
+    cfg = _cfg(tmp_path, "stack.java_options=-XX:TieredStopAtLevel=1 -Xmx1g")
+    for command in (SparkMaster(cfg).command(), SparkWorker(cfg, 1).command()):
+        assert command.index("-Xmx1g") > command.index(f"-Xmx{DAEMON_HEAP}") and "-XX:TieredStopAtLevel=1" in command
+    assert "-XX:TieredStopAtLevel=1" not in SparkWorker(_cfg(tmp_path), 1).command()
 
 
 def test_a_worker_removes_finished_applications_folders_after_the_configured_time(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def test_its_jvm_runs_with_the_heap_setting_and_the_deployment_guides_options(
     assert "-Xmx4g" in command and "-XX:ReservedCodeCacheSize=512M" in command and "-XX:+UseG1GC" in command
     assert "-Xmx6g" in Trino(_cfg(tmp_path, "stack.trino_heap=6g")).command()
     # the options asked for come after the guide's, so they win
-    tuned = Trino(_cfg(tmp_path, "stack.trino_java_options=-XX:TieredStopAtLevel=1  -XX:+UseSerialGC")).command()
+    tuned = Trino(_cfg(tmp_path, "stack.java_options=-XX:TieredStopAtLevel=1  -XX:+UseSerialGC")).command()
     assert tuned[tuned.index("-XX:+UseG1GC"):].index("-XX:+UseSerialGC") > 0 and "-XX:TieredStopAtLevel=1" in tuned
 
 
