@@ -18,7 +18,7 @@ beside them; they never block a partition.
 Two ways to land a topic's rows:
 - one pass (`land_topics`): the topic's rows are decoded and appended as they are read, the writers being every
   version of the topic's subject, asked of the registry; what that does not cover is counted on the way and,
-  unless it is all dead letters, only then read again. This is how Kafka batches land; their quiet topics'
+  unless it is all dead letters, only then read again and planned. This is how Kafka batches land; their quiet topics'
   appends are one Spark job, each table committed through Iceberg's Java API (`tables/append.py`,
   `ManyTablesAppender`).
 - planned (`land`): one job reads and caches the rows to find their topics, kinds and schema ids, then each
@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import operator
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -169,9 +170,9 @@ class Learned:
 
 
 @dataclass(frozen=True)
-class Left:
-    """What one pass of a topic left (`rest` records, tombstones aside): of it, records sure to be dead letters
-    (`stray`) and uncompressed envelopes of ids of no writer it knew (`unlisted`, of `unlisted_ids`)."""
+class Leftover:
+    """What one pass of a topic did not decode (`rest` records, tombstones aside): of it, records sure to be dead
+    letters (`stray`) and uncompressed envelopes of ids of no writer it knew (`unlisted`, of `unlisted_ids`)."""
 
     rest: int
     stray: int
@@ -293,7 +294,7 @@ class Landing:
     def _land_together(self, together: list[QuietTopic], topics: BatchTopics, report: BatchReport
                        ) -> list[tuple[str, tuple[BatchReport, list[DataFrame]]]]:
         """The one plan's topics decoded and appended by one job (`quiet.append`), then each topic's counts, dead
-        letters and the rest of its records (`_left`), as after a write of its own. Per topic, its report and
+        letters and the rest of its records (`_leftover`), as after a write of its own. Per topic, its report and
         dead letters."""
         from pyspark.sql import functions as F
 
@@ -317,9 +318,9 @@ class Landing:
                     dead += self._rejected(decoded, *MALFORMED, native.rejections(decoded, topic.reader, topic.keys),
                                            invalid=found.invalid > 0, refused=found.refused > 0)
                 if found.rest:
-                    left = Left(found.rest, found.stray, found.unlisted, found.unlisted_ids)
-                    dead += self._left(raw, ~handled & (F.col("kind") != Kind.TOMBSTONE.value), topic.topic, left,
-                                       part)
+                    leftover = Leftover(found.rest, found.stray, found.unlisted, found.unlisted_ids)
+                    dead += self._leftover(raw, ~handled & (F.col("kind") != Kind.TOMBSTONE.value), topic.topic,
+                                           leftover, part)
             return topic.topic, (part, dead)
 
         return self._in_threads(after, list(zip(together, counted)))
@@ -494,7 +495,7 @@ class Landing:
         of the registry per batch, which holds every version the batch's records were written with by then.
 
         What that does not cover is counted on the way (an id of no version of the subject, DMS JSON, unframed
-        bytes, a compressed body): when all of it is sure to be dead letters (`_left_dead`), it is; else it is
+        bytes, a compressed body): when all of it is sure to be dead letters (`_dead_leftover`), it is; else it is
         read again and landed the planned way (`_planned`) under a writer id of its own, so that a replay skips
         or lands each part once. The part is the same on a replay: a batch's ids are versions of the subject or
         not, whenever it is asked."""
@@ -525,8 +526,8 @@ class Landing:
         observed = raw.agg(*counts).first() if done is None or done.skipped else seen.get  # a replay: count
         self._counted(topic, observed["rows"], observed["tombstones"], observed["ids"], done, report)
         if observed["rest"]:
-            left = Left(observed["rest"], observed["stray"], observed["unlisted"], observed["unlisted_ids"])
-            dead += self._left(raw, ~handled & ~tombstone, topic, left, report)
+            leftover = Leftover(observed["rest"], observed["stray"], observed["unlisted"], observed["unlisted_ids"])
+            dead += self._leftover(raw, ~handled & ~tombstone, topic, leftover, report)
         return dead
 
     def _counted(self, topic: str, rows: int, tombstones: int, ids: Sequence[str], done: Appended | None,
@@ -539,36 +540,39 @@ class Landing:
         report.tombstones += tombstones
         report.records[topic] = report.records.get(topic, 0) + rows - tombstones
 
-    def _left(self, raw: DataFrame, rest: Column, topic: str, left: Left, report: BatchReport) -> list[DataFrame]:
-        """The dead letters of what one pass of a topic (`raw`, `_classified`) left (its rows where `rest`): as
-        `_left_dead` finds them, or by landing it the planned way (`_rest`)."""
-        found = self._left_dead(raw, topic, left)
+    def _leftover(self, raw: DataFrame, rest: Column, topic: str, leftover: Leftover, report: BatchReport
+                  ) -> list[DataFrame]:
+        """The dead letters of what one pass of a topic (`raw`, `_classified`) did not decode (its rows where
+        `rest`): as `_dead_leftover` finds them, or by landing it the planned way (`_rest`)."""
+        found = self._dead_leftover(raw, topic, leftover)
         return found if found is not None else self._rest(raw.where(rest), topic, report)
 
-    def _left_dead(self, raw: DataFrame, topic: str, left: Left) -> list[DataFrame] | None:
-        """What one pass of a topic left, as dead letters, when all of it is sure to be: records neither framed
-        nor DMS records (`_stray`), and envelopes of ids the registry resolves to no writer. Those are the dead
-        letters the planned way gives them, with their errors, without the jobs that read the topic again to plan
-        and decode it (a topic with a poison record paid them every batch). None when some of it may land (a
-        compressed body, DMS JSON, an id of another subject, a topic whose table name is refused)."""
+    def _dead_leftover(self, raw: DataFrame, topic: str, leftover: Leftover) -> list[DataFrame] | None:
+        """What one pass of a topic did not decode, as dead letters, when all of it is sure to be: records neither
+        framed nor DMS records (`_stray`), and envelopes of ids the registry resolves to no writer. They get the
+        planned way's errors, in one part (the topic is read once more, with the batch's other dead letters),
+        without the jobs that read the topic again to plan and decode it: a topic with a poison record paid them
+        every batch. None when the planned way must look: some of it may land (a compressed body, DMS JSON, an id
+        the registry resolves), or the topic's table name is refused, which the planned way names."""
         from pyspark.sql import functions as F
 
-        if left.rest != left.stray + left.unlisted:
+        if leftover.rest != leftover.stray + leftover.unlisted:
             return None
-        by_reader, unresolved = self._by_reader(topic, self.resolver.writers(topic, left.unlisted_ids))
-        if by_reader:
-            return None
-        try:
+        try:  # first, as the planned way does: a refused name asks the registry nothing
             self.owners.claim(SourceTable.of_topic(topic))
         except UnmappableName:
             return None
-        dead = []
-        if left.stray:  # both kinds in one part (one read of the topic), each with its message
-            message = F.when(F.col("kind") == Kind.UNFRAMED.value, F.lit(self._unframed_message))
-            dead.append(self._dead(raw.where(_stray()), WIRE_FORMAT, message.otherwise(F.lit(NOT_DMS_JSON[1]))))
-        framed = raw.where(F.col("kind") == Kind.FRAMED.value)
-        return dead + [self._dead(framed.where(F.col("schema_id").isin(ids)), error_class, reason)
-                       for (error_class, reason), ids in unresolved.items()]
+        by_reader, unresolved = self._by_reader(topic, self.resolver.writers(topic, leftover.unlisted_ids))
+        if by_reader:
+            return None
+        kind = F.col("kind")
+        cases = [(kind == Kind.UNFRAMED.value, WIRE_FORMAT, self._unframed_message),
+                 ((kind == Kind.JSON.value) & _stray(), *NOT_DMS_JSON)] if leftover.stray else []
+        cases += [((kind == Kind.FRAMED.value) & F.col("schema_id").isin(ids), error_class, reason)
+                  for (error_class, reason), ids in unresolved.items()]
+        rows = raw.where(functools.reduce(operator.or_, [condition for condition, _, _ in cases]))
+        return [self._dead(rows, _chosen([(condition, error_class) for condition, error_class, _ in cases]),
+                           _chosen([(condition, message) for condition, _, message in cases]))]
 
     def _rest(self, rows: DataFrame, topic: str, report: BatchReport) -> list[DataFrame]:
         """What one pass of a topic did not cover (`rows`, `_classified`), landed the planned way under a writer id
@@ -792,13 +796,13 @@ class Landing:
         return f"neither {self.framing.expected} nor a DMS JSON object"
 
     @staticmethod
-    def _dead(rows: DataFrame, error_class: str, message: str | Column) -> DataFrame:
+    def _dead(rows: DataFrame, error_class: str | Column, message: str | Column) -> DataFrame:
         from pyspark.sql import functions as F
 
         transport = [name for name in (*TRANSPORT_EXTRAS, *CARRIED) if name in rows.columns]
         return rows.select("key", "value", "topic", "partition", "offset", "timestamp", *transport,
                            F.col("schema_id").cast("string").alias("schema_id"),
-                           F.lit(error_class).alias("error_class"),
+                           (F.lit(error_class) if isinstance(error_class, str) else error_class).alias("error_class"),
                            (F.lit(message) if isinstance(message, str) else message).alias("error_message"))
 
     # -- keys and DMS table definitions, kept with the tables -----------------------------------------
@@ -952,11 +956,19 @@ def _stray() -> Column:
 
 
 def _unlisted() -> Column:
-    """Whether a `_classified` row is an uncompressed frame with a schema id: with `~_handled`, one whose id is of
-    no writer the one pass knew."""
+    """Whether a `_classified` row is an uncompressed frame (which has a schema id): with `~_handled`, one whose id
+    is of no writer the one pass knew."""
     from pyspark.sql import functions as F
 
-    return ((F.col("kind") == Kind.FRAMED.value) & F.col("schema_id").isNotNull()) & ~F.col("compressed")
+    return (F.col("kind") == Kind.FRAMED.value) & ~F.col("compressed")
+
+
+def _chosen(cases: list[tuple[Column, str]]) -> Column:
+    """The text of the first case whose condition holds (conditions that exclude each other)."""
+    from pyspark.sql import functions as F
+
+    return functools.reduce(lambda acc, case: acc.when(case[0], F.lit(case[1])), cases[1:],
+                            F.when(cases[0][0], F.lit(cases[0][1])))
 
 
 def _lands(reader: str) -> bool:
