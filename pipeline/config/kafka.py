@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import socket
 
 from pipeline.config.settings import KafkaSettings
 
@@ -57,11 +58,33 @@ def spark_options(kafka: KafkaSettings, headers: bool = False) -> dict[str, str]
 
 
 def topic_names(kafka: KafkaSettings, timeout_s: float = 10.0) -> set[str]:
-    """The cluster's topics; asking is also the check that the brokers answer at all."""
+    """The cluster's topics; asking is also the check that the brokers answer at all. When no bootstrap address
+    takes a connection (a stopped broker's port refuses it), that is said at once: librdkafka would try again for
+    the whole `timeout_s` first, which held a running stage's outage line back by that long."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    refused = _refused(kafka.bootstrap_servers or "", timeout_s)
+    if refused:
+        raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable: {refused}")
     try:
         return set(AdminClient({**client_conf(kafka), "logger": _QUIET}).list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
         raise KafkaUnavailable(f"Kafka at {kafka.bootstrap_servers} is unreachable: {exc.args[0]}") from None
+
+
+def _refused(servers: str, timeout_s: float) -> str:
+    """Why none of the bootstrap `servers` takes a TCP connection, or "" when one does (or one is written in a
+    form this does not read: librdkafka judges it)."""
+    addresses = [server.strip() for server in servers.split(",") if server.strip()]
+    errors = []
+    for server in addresses:
+        host, _, port = server.split("://", 1)[-1].rpartition(":")
+        if not host or not port.isdigit():
+            return ""
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s / len(addresses)):
+                return ""
+        except OSError as exc:
+            errors.append(f"{server}: {exc.strerror or exc}")
+    return "; ".join(errors)
