@@ -48,6 +48,11 @@ def _leaked(text: str) -> list[str]:
     ("jdbc:sqlserver://h;user=a;password=pw;db=x", "jdbc:sqlserver://h;user=a;password=***;db=x"),
     ("-Dfs.s3a.secret.key=pw -Dx=1", "-Dfs.s3a.secret.key=*** -Dx=1"),
     ("http://host:8080/apis?subject=a", "http://host:8080/apis?subject=a"),
+    # the key is the whole token before `=`/`:`, wherever the word sits in it; a token not followed by one is no key
+    ("conf(spark.hadoop.fs.s3a.secret.key.v2 = pw)", "conf(spark.hadoop.fs.s3a.secret.key.v2 = ***)"),
+    ("[x-auth-token: pw, other: 1]", "[x-auth-token: ***, other: 1]"),
+    ("passport=1 author=2 tokenizer /a/secret.txt", "passport=1 author=2 tokenizer /a/secret.txt"),
+    ("TOKEN=a; Password : 'p w'", "TOKEN=***; Password : '***'"),
 ])
 def test_credentials_in_text_are_masked(text: str, shown: str) -> None:
     assert redact_text(text) == shown
