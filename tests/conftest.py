@@ -99,10 +99,12 @@ EXTRA_CATALOGS = (GLUE_CATALOG, HIVE_CATALOG)
 # (`--dist loadfile --no-loadscope-reorder`: a module's fixtures land its data once), so the long ones start at
 # once and the short ones and the unit tests fill the gaps. Measured with `--durations=0` (docs/testing.md); a
 # module not named here runs after these, before the unit tests.
-LONGEST_FIRST = ("test_mirror.py", "test_kinesis.py", "test_spark_cluster.py", "test_changelog.py", "test_trino.py", "test_s3_sqs_source.py",
-                 "test_any_names.py", "test_glue_catalog.py", "test_debezium_postgres.py", "test_dead_letters.py",
-                 "test_mirror_layout.py", "test_api.py", "test_mirror_history.py", "test_services.py",
-                 "test_status.py", "test_s3_sqs_changelog.py", "test_sql_access.py")
+LONGEST_FIRST = ("test_spark_cluster.py", "test_mirror.py", "test_kinesis.py", "test_changelog.py", "test_trino.py",
+                 "test_database.py", "test_one_job.py", "test_mirror_layout.py", "test_s3_sqs_changelog.py",
+                 "test_sql_access.py", "test_debezium_postgres.py", "test_native.py", "test_s3_sqs_source.py",
+                 "test_name_collisions.py", "test_services.py", "test_glue_catalog.py", "test_status.py",
+                 "test_dead_letters.py", "test_mirror_history.py", "test_api.py", "test_any_names.py",
+                 "test_simulator.py", "test_semantic_types.py", "test_odd_names.py")
 
 
 def _rank(item: pytest.Item) -> int:
