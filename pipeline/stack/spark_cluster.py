@@ -9,6 +9,7 @@ able to die mid-task while Spark retries elsewhere. docs/operations.md says how 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import requests
@@ -144,14 +145,16 @@ class SparkWorker(Service):
         if pid is None:
             return []
         found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
+        for entry in os.listdir("/proc"):  # each process's small `stat` first: a JVM's command line is kilobytes
+            if not entry.isdigit():
+                continue
             try:
-                parent = int(stat.read_text().rsplit(") ", 1)[1].split()[1])
-                cmdline = (stat.parent / "cmdline").read_bytes()
+                with open(f"/proc/{entry}/stat", "rb") as stat:
+                    parent = int(stat.read().rsplit(b") ", 1)[1].split()[1])
+                if parent == pid and b"CoarseGrainedExecutorBackend" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
             except (OSError, IndexError, ValueError):  # exited meanwhile
                 continue
-            if parent == pid and b"CoarseGrainedExecutorBackend" in cmdline:
-                found.append(int(stat.parent.name))
         return found
 
 

@@ -225,21 +225,31 @@ def submit(line: list[str], *args: str) -> Submitted:
 
 def _executor_reading_kafka(workers: list[SparkWorker], run: Submission) -> tuple[SparkWorker, int]:
     """A worker and the PID of its executor of `run` once that executor reads a batch's records (its log says
-    so); an executor of an earlier application may still be stopping."""
+    so); an executor of an earlier application may still be stopping. Each poll reads only what the logs gained
+    since the last: this loop shares the machine's two cores with the run it watches."""
+    marker = b"KafkaDataConsumer"
+    offsets: dict[Path, int] = {}  # how far each executor's log was read
+    tails: dict[Path, bytes] = {}  # and its last bytes, for a marker split between two reads
     deadline = time.monotonic() + SUBMIT_TIMEOUT_S
     while time.monotonic() < deadline:
         output = run.log.read_text(errors="replace")
         assert run.proc.poll() is None, output[-3000:]
         app = Submitted(0, output).app_id if "app ID app-" in output else None
-        for worker in workers:
+        for worker in workers if app else []:
             for pid in worker.executor_pids():
                 try:
-                    folder = Path(os.readlink(f"/proc/{pid}/cwd"))  # work/<application>/<executor>
-                    log = (folder / "stderr").read_text(errors="replace")
+                    log = Path(os.readlink(f"/proc/{pid}/cwd")) / "stderr"  # work/<application>/<executor>
+                    if log.parent.parent.name != app:
+                        continue
+                    with log.open("rb") as stderr:
+                        stderr.seek(offsets.get(log, 0))
+                        gained = stderr.read()
                 except OSError:  # exited meanwhile
                     continue
-                if folder.parent.name == app and "KafkaDataConsumer" in log:
+                offsets[log] = offsets.get(log, 0) + len(gained)
+                if marker in tails.get(log, b"") + gained:
                     return worker, pid
+                tails[log] = gained[-len(marker):]
         time.sleep(0.1)
     raise AssertionError("no executor read Kafka while the changelog ran")
 
@@ -353,7 +363,7 @@ def test_the_mirrors_equal_the_source_and_nothing_was_written_to_a_local_disk(la
 def test_an_executor_killed_mid_batch_loses_and_doubles_nothing(lake: Lake, spark) -> None:
     """It was killed while it read the batch's records; the mirrors' test holds them to the truth."""
     worker, pid = lake.runs["changelog-killed-executor"].output.split()
-    assert re.search(rf"Lost executor \d+ on [\d.]+: .*(exited|killed|137)", lake.runs["changelog"].output, re.I), worker
+    assert re.search(r"Lost executor \d+ on [\d.]+: .*(exited|killed|137)", lake.runs["changelog"].output, re.I), worker
     read = with_catalog(make_config(*lake.settings[len(TEST_SETTINGS):]), GLUE_CATALOG)
     for name in KEYS:
         table = f"{GLUE_CATALOG.name}.{read.changelog.namespace}.{lake.prefix}_{name}"
