@@ -28,7 +28,7 @@ _URL_USERINFO = re.compile(_USERINFO, re.IGNORECASE)
 # is masked already or is a URL (`jdbc:…`) is left as it is. The key is a whole token (`[\w.-]`) followed by
 # `=` or `:`, tried only where a token starts and only if one follows: `[\w.-]*(?:words)[\w.-]*` tried at every
 # character backtracks through every word at every position of every token, 300 µs a line of Spark's log in
-# Java (a fifth of a test session JVM's CPU, in log4j2's `%replace`) against 20 µs so.
+# Java (log4j2's `%replace`: a fifth of JFR's samples of a test session's JVM) against 20 µs so.
 _ASSIGNED = (rf"(?<![\w.-])(?=[\w.-]++\s*[=:])(?=[\w.-]*?(?:{_WORDS}))(?P<key>[\w.-]++)"
              rf"(?P<sep>\s*[=:]\s*)(?!{re.escape(REDACTED)}|//)"
              r"(?P<quote>[\"']?)(?P<value>(?<=\")[^\"]*(?=\")|(?<=')[^']*(?=')|(?<![\"'])[^\s;&,)\"']+)")
