@@ -47,7 +47,7 @@ def is_local(master: str | None) -> bool:
 
 def check_before_start(cfg: PipelineConfig, master: str) -> None:
     """Settings that name this machine's disk, then the master's address: both refused before a JVM waits on them."""
-    local = [f"{name} = {value!r}" for name, value in _storage_settings(cfg) if _on_local_disk(value)]
+    local = [f"{name} = {value!r}" for name, value in _storage_settings(cfg) if on_local_disk(value)]
     if local:
         raise ClusterError(
             f"spark.master is {master}: executors on other hosts cannot reach this machine's disk, but "
@@ -99,7 +99,8 @@ def _storage_settings(cfg: PipelineConfig) -> list[tuple[str, str | None]]:
             ("kinesis.metadata_path", cfg.kinesis.metadata_path)]
 
 
-def _on_local_disk(value: str | None) -> bool:
+def on_local_disk(value: str | None) -> bool:
+    """Whether a location is a path on this machine's disk (`/a`, `file:/a`), not a store's (`s3://`)."""
     return value is not None and urlparse(value).scheme in ("", "file")
 
 

@@ -35,6 +35,9 @@ SQL_EXTENSIONS = (
 
 # jvm/localfs: Hadoop's local file system without a `chmod` process for every file it creates
 LOCAL_FILE_SYSTEM = "cdc.hadoop.LocalFileSystem"
+# jvm/cdc: Iceberg's files on the local disk; Hadoop's FileIO sends the whole Hadoop configuration with every table
+# a scan or a write sends to its tasks
+LOCAL_FILE_IO = "cdc.iceberg.LocalFileIO"
 
 
 def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
@@ -75,6 +78,8 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
     if local_fs:
         conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
+    if cfg.spark.connector_jars == "local" and cluster.on_local_disk(cfg.catalog.warehouse):  # jvm/cdc is loaded
+        conf.setdefault(f"spark.sql.catalog.{cfg.catalog.name}.io-impl", LOCAL_FILE_IO)  # unless the catalog names one
     conf.update(s3a_conf(cfg))
     mine = conf["spark.driver.extraJavaOptions"]
     conf.update(cfg.spark.conf)

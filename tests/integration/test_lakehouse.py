@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from pathlib import Path
 
 import boto3
 import pytest
@@ -39,6 +40,57 @@ def test_iceberg_written_by_spark_is_read_by_pyiceberg(spark, cfg: PipelineConfi
     assert sorted(zip(*arrow.to_pydict().values())) == ROWS
 
 
+def test_local_iceberg_files_go_through_the_pipelines_file_io(spark, cfg: PipelineConfig) -> None:
+    """jvm/cdc's FileIO on a local warehouse: a table sent to tasks carries no Hadoop configuration, no checksum
+    file is written, a location keeps its `file:` text, and a checksum file Hadoop wrote beside a file is neither
+    listed nor left behind when the file goes."""
+    from py4j.protocol import Py4JJavaError
+
+    from tables.append import iceberg_table
+
+    ref = f"{cfg.catalog.name}.it.io_{uuid.uuid4().hex[:8]}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog.name}.it")
+    frame = spark.createDataFrame(ROWS, "id long, name string, nationality string")
+    frame.writeTo(ref).using("iceberg").create()
+    frame.writeTo(ref).append()
+    assert spark.table(ref).count() == 2 * len(ROWS)
+    table = iceberg_table(spark, ref)
+    io = table.io()
+    assert io.getClass().getName() == "cdc.iceberg.LocalFileIO"
+
+    jvm = spark.sparkContext._jvm
+    def serialized(value) -> int:  # type: ignore[no-untyped-def]
+        data = jvm.java.io.ByteArrayOutputStream()
+        objects = jvm.java.io.ObjectOutputStream(data)
+        objects.writeObject(value)
+        objects.close()
+        return data.size()
+    hadoop_io = jvm.org.apache.iceberg.hadoop.HadoopFileIO(spark.sparkContext._jsc.hadoopConfiguration())
+    sent = serialized(jvm.org.apache.iceberg.spark.source.SerializableTableWithSize.copyOf(table))
+    assert sent < serialized(hadoop_io) / 2  # the whole table, against Hadoop's FileIO alone
+
+    listed = [info.location() for info in io.listPrefix(table.location())]
+    assert listed and all(location.startswith("file:") for location in listed)
+    tasks, recorded = table.newScan().planFiles().iterator(), []
+    while tasks.hasNext():
+        recorded.append(tasks.next().file().location())
+    assert all(location.startswith("file:") for location in recorded)
+    assert sum("/data/" in location for location in listed) == len(recorded) > 0
+    assert any(location.endswith(".metadata.json") for location in listed)
+    assert not list(Path(table.location().removeprefix("file:")).rglob("*.crc"))
+    data = next(location for location in listed if "/data/" in location)
+
+    written_by_hadoop = Path(data.removeprefix("file:"))
+    checksum = written_by_hadoop.with_name(f".{written_by_hadoop.name}.crc")
+    checksum.write_bytes(b"crc")
+    assert sorted(info.location() for info in io.listPrefix(table.location())) == sorted(listed)
+    with pytest.raises(Py4JJavaError, match="AlreadyExistsException"):
+        io.newOutputFile(data).create()
+    io.deleteFile(data)
+    assert not written_by_hadoop.exists() and not checksum.exists()
+    assert not io.newInputFile(data).exists()
+
+
 def test_sessions_create_one_namespace_at_the_same_moment(spark, cfg: PipelineConfig) -> None:
     """Tables merged at once each create the mirror's namespaces; the JDBC catalog's check-then-insert must not
     fail the sessions that lose the race."""
@@ -70,15 +122,17 @@ def test_glue_catalog_on_s3(spark, stack, cfg: PipelineConfig) -> None:
     boto3.client("s3", **cfg.aws.boto3_kwargs()).create_bucket(Bucket=bucket)
     for key, value in spark_catalog_conf(glue_cfg.catalog, glue_cfg.aws).items():
         spark.conf.set(key, value)
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS glue_it.gl")
-    spark.createDataFrame(ROWS, "id long, name string, nationality string").writeTo("glue_it.gl.artists").using("iceberg").createOrReplace()
-    entry = boto3.client("glue", **cfg.aws.boto3_kwargs()).get_table(DatabaseName="gl", Name="artists")["Table"]
+    namespace = f"gl_{uuid.uuid4().hex[:8]}"  # a kept stack's Glue still has the last run's table
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS glue_it.{namespace}")
+    spark.createDataFrame(ROWS, "id long, name string, nationality string") \
+        .writeTo(f"glue_it.{namespace}.artists").using("iceberg").create()
+    entry = boto3.client("glue", **cfg.aws.boto3_kwargs()).get_table(DatabaseName=namespace, Name="artists")["Table"]
     assert entry["Parameters"]["table_type"].upper() == "ICEBERG"
     assert entry["Parameters"]["metadata_location"].startswith(f"s3://{bucket}/warehouse/")
     from pyiceberg.catalog import load_catalog
 
     glue_catalog = load_catalog("glue_it", **pyiceberg_properties(glue_cfg.catalog, glue_cfg.aws))
-    assert sorted(zip(*glue_catalog.load_table(("gl", "artists")).scan().to_arrow().to_pydict().values())) == ROWS
+    assert sorted(zip(*glue_catalog.load_table((namespace, "artists")).scan().to_arrow().to_pydict().values())) == ROWS
 
 
 def test_demo_smoke_path_end_to_end(spark, stack, cfg: PipelineConfig) -> None:

@@ -256,3 +256,17 @@ def test_a_local_driver_creates_local_files_without_a_process_once_setup_built_i
     users = spark_conf(_cfg(tmp_path, "spark.connector_jars=local",
                             "spark.conf.spark.driver.extraClassPath=/x.jar:/y.jar"))
     assert users["spark.driver.extraClassPath"] == f"/x.jar:/y.jar:{jar}"
+
+
+def test_a_local_warehouse_is_read_and_written_through_the_pipelines_local_file_io(tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """Iceberg's FileIO on the local disk is jvm/cdc's, which sends no Hadoop configuration to tasks: only where
+    that jar is loaded (local jars) and the warehouse is a local path; a catalog that names its own keeps it."""
+    monkeypatch.setattr(jvm, "spark_jars", lambda jars_dir: [])
+    key = "spark.sql.catalog.lake.io-impl"
+    assert spark_conf(_cfg(tmp_path, "spark.connector_jars=local"))[key] == "cdc.iceberg.LocalFileIO"
+    assert key not in spark_conf(_cfg(tmp_path))  # spark-submit's jars: jvm/cdc's may not be among them
+    on_s3 = _cfg(tmp_path, "spark.connector_jars=local", "catalog.warehouse=s3://lake/wh")
+    assert spark_conf(on_s3)[key] == "org.apache.iceberg.aws.s3.S3FileIO"
+    own = _cfg(tmp_path, "spark.connector_jars=local", "catalog.properties.io-impl=org.apache.iceberg.hadoop.HadoopFileIO")
+    assert spark_conf(own)[key] == "org.apache.iceberg.hadoop.HadoopFileIO"
