@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import structlog
 
-from pipeline.runtime import class_data, cluster, jvm, scratch
+from pipeline.runtime import class_data, class_lookups, cluster, jvm, scratch
 from pipeline.config.redaction import java_replacements
 from pipeline.config.settings import PipelineConfig
 from tables.catalog import spark_catalog_conf
@@ -217,6 +217,8 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if cfg.spark.connector_jars == "local":  # jvm/cdc's jar is on the driver
+        class_lookups.remember_class_misses(spark)
     if not cluster.is_local(master):
         cluster.check_after_start(spark, cfg)
     if launched:

@@ -91,6 +91,35 @@ def test_local_iceberg_files_go_through_the_pipelines_file_io(spark, cfg: Pipeli
     assert not io.newInputFile(data).exists()
 
 
+def test_py4j_remembers_names_that_are_no_class_until_the_loader_gains_a_jar(spark, cfg: PipelineConfig) -> None:
+    """PySpark's `jvm.a.b.C` asks the JVM about `a` and `a.b` too: jvm/cdc's lookup strategy remembers a name that
+    is no class of a class loader, and finds it once that loader gains the jar that has it."""
+    from py4j.java_gateway import JavaClass
+    from py4j.protocol import Py4JJavaError
+
+    absent = "io.debezium.engine.format.Json"  # a class of Debezium's API, which Spark does not have
+    client = spark.sparkContext._gateway._gateway_client
+    reflection = JavaClass("py4j.reflection.ReflectionUtil", client)
+    strategy = reflection.getClassLoadingStrategy()
+    assert strategy.getClass().getName() == "cdc.py4j.RememberedClassMisses"
+    thread = JavaClass("java.lang.Thread", client).currentThread()  # this Python thread's own JVM thread
+    before = thread.getContextClassLoader()
+    urls = spark.sparkContext._gateway.new_array(JavaClass("java.net.URL", client), 0)
+    loader = JavaClass("org.apache.spark.util.MutableURLClassLoader", client)(urls, before)
+    thread.setContextClassLoader(loader)
+    try:
+        for _ in range(2):
+            with pytest.raises(Py4JJavaError, match="ClassNotFoundException"):
+                reflection.classForName(absent)
+        assert strategy.remembers(loader, absent) and not strategy.remembers(before, absent)
+        jar = next((cfg.jars_dir / "connect").glob("debezium-api-*.jar"))
+        loader.addURL(JavaClass("java.io.File", client)(str(jar)).toURI().toURL())
+        assert not strategy.remembers(loader, absent)  # the loader reads one jar more
+        assert reflection.classForName(absent).getName() == absent
+    finally:
+        thread.setContextClassLoader(before)
+
+
 def test_sessions_create_one_namespace_at_the_same_moment(spark, cfg: PipelineConfig) -> None:
     """Tables merged at once each create the mirror's namespaces; the JDBC catalog's check-then-insert must not
     fail the sessions that lose the race."""
