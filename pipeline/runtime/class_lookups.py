@@ -18,10 +18,9 @@ STRATEGY = "cdc.py4j.RememberedClassMisses"
 
 def remember_class_misses(spark: SparkSession) -> None:
     """Put the strategy in front of py4j's own, once per JVM; needs jvm/cdc's jar on the driver."""
-    from py4j.java_gateway import JavaClass
+    from tables.lake import java_class
 
-    client = spark.sparkContext._gateway._gateway_client  # type: ignore[union-attr]
-    reflection = JavaClass("py4j.reflection.ReflectionUtil", client)
+    reflection = java_class(spark, "py4j.reflection.ReflectionUtil")
     current = reflection.getClassLoadingStrategy()
     if current.getClass().getName() != STRATEGY:
-        reflection.setClassLoadingStrategy(JavaClass(STRATEGY, client)(current))
+        reflection.setClassLoadingStrategy(java_class(spark, STRATEGY)(current))

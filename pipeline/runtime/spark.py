@@ -70,15 +70,15 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()}", class_data.java_option(cfg, _local(cfg))]))
     if cfg.spark.preload_workers:
         conf["spark.python.daemon.module"] = "pipeline.runtime.worker_daemon"
-    if cfg.spark.connector_jars == "local":
+    if _own_jars(cfg):
         conf["spark.jars"] = ",".join(str(jar) for jar in jvm.spark_jars(cfg.jars_dir))
     # a local driver whose JVM the pipeline starts with its jars (not spark-submit's, whose class path is set)
-    launched_here = _local(cfg) and cfg.spark.connector_jars == "local"
+    launched_here = _local(cfg) and _own_jars(cfg)
     local_fs = [str(jar) for jar in jvm.local_fs_jars(cfg.jars_dir)] if launched_here else []
     if local_fs:
         conf["spark.hadoop.fs.file.impl"] = LOCAL_FILE_SYSTEM
     conf.update(spark_catalog_conf(cfg.catalog, cfg.aws))
-    if cfg.spark.connector_jars == "local" and cluster.on_local_disk(cfg.catalog.warehouse):  # jvm/cdc is loaded
+    if _own_jars(cfg) and cluster.on_local_disk(cfg.catalog.warehouse):
         conf.setdefault(f"spark.sql.catalog.{cfg.catalog.name}.io-impl", LOCAL_FILE_IO)  # unless the catalog names one
     conf.update(s3a_conf(cfg))
     mine = conf["spark.driver.extraJavaOptions"]
@@ -90,6 +90,12 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
             "spark.driver.extraJavaOptions"]:  # the user's JVM options, and the log configuration unless they name one
         conf["spark.driver.extraJavaOptions"] = f"{mine} {conf['spark.driver.extraJavaOptions']}"
     return conf
+
+
+def _own_jars(cfg: PipelineConfig) -> bool:
+    """Whether the driver loads the pipeline's resolved jars (`spark.jars`), jvm/cdc's among them; under
+    spark-submit's `--packages` it may not have jvm/cdc's classes."""
+    return cfg.spark.connector_jars == "local"
 
 
 def _local(cfg: PipelineConfig) -> bool:
@@ -217,7 +223,7 @@ def get_spark(cfg: PipelineConfig) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if cfg.spark.connector_jars == "local":  # jvm/cdc's jar is on the driver
+    if _own_jars(cfg):
         class_lookups.remember_class_misses(spark)
     if not cluster.is_local(master):
         cluster.check_after_start(spark, cfg)
