@@ -41,9 +41,10 @@ def test_iceberg_written_by_spark_is_read_by_pyiceberg(spark, cfg: PipelineConfi
 
 
 def test_local_iceberg_files_go_through_the_pipelines_file_io(spark, cfg: PipelineConfig) -> None:
-    """jvm/cdc's FileIO on a local warehouse: a table sent to tasks carries no Hadoop configuration, no checksum
-    file is written, a location keeps its `file:` text, and a checksum file Hadoop wrote beside a file is neither
-    listed nor left behind when the file goes."""
+    """jvm/cdc's FileIO on a local warehouse: a table sent to tasks carries no Hadoop configuration, a file is
+    written with one of no default resources (Iceberg's Parquet writer parses Hadoop's defaults for every file
+    otherwise), no checksum file is written, locations keep their `file:` scheme, and a checksum file Hadoop wrote
+    beside a file is neither listed nor left behind when the file is replaced or goes."""
     from py4j.protocol import Py4JJavaError
 
     from tables.append import iceberg_table
@@ -84,8 +85,17 @@ def test_local_iceberg_files_go_through_the_pipelines_file_io(spark, cfg: Pipeli
     checksum = written_by_hadoop.with_name(f".{written_by_hadoop.name}.crc")
     checksum.write_bytes(b"crc")
     assert sorted(info.location() for info in io.listPrefix(table.location())) == sorted(listed)
+    output = io.newOutputFile(data)
+    assert output.getClass().getName() == "org.apache.iceberg.hadoop.HadoopOutputFile"  # its configuration copied
+    assert output.getConf().toString() == "Configuration: "  # no core-default.xml, hdfs-default.xml, ...
     with pytest.raises(Py4JJavaError, match="AlreadyExistsException"):
-        io.newOutputFile(data).create()
+        output.create()
+    replaced = written_by_hadoop.read_bytes()
+    stream = output.createOrOverwrite()
+    stream.write(replaced)
+    stream.close()
+    assert written_by_hadoop.read_bytes() == replaced and not checksum.exists()
+    checksum.write_bytes(b"crc")
     io.deleteFile(data)
     assert not written_by_hadoop.exists() and not checksum.exists()
     assert not io.newInputFile(data).exists()
