@@ -83,6 +83,10 @@ class Kafka(Service):
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            # One node with thousands of test and demo partitions, mostly idle: no KRaft no-op record every
+            # 500 ms for its own broker to fetch, and the partitions' high watermarks written every 30 s, not 5.
+            "metadata.max.idle.interval.ms": "0",
+            "replica.high.watermark.checkpoint.interval.ms": "30000",
         }
         path = self.folder / "server.properties"
         self.folder.mkdir(parents=True, exist_ok=True)
