@@ -82,11 +82,15 @@ def code_generation(compiled: bool) -> dict[str, str]:
 # Every SQL execution also writes its plan out for the UI (which the tests turn off) in `spark.sql.ui.explainMode`:
 # Spark's default, "formatted", walks the plan once more to number its operators, 1.1% of a session JVM's CPU in
 # the JFR profile of a whole run (214 of 19,765 samples); "simple" prints the tree the plan already has.
+# Adaptive execution plans each query stage again from the statistics of the stages before it: over tens of rows
+# there is nothing to adapt, and test_mirror_layout.py's session JVM took 125.5 and 133.8 CPU-s without it against
+# 137.8 and 142.8 with it (alternated runs, 1 Dec). The stages' own processes keep it, as users run them.
 TINY_DATA_SESSION = [*(f"spark.conf.{key}={value}" for key, value in code_generation(False).items()),
                      "spark.conf.spark.sql.ui.explainMode=simple",
+                     "spark.conf.spark.sql.adaptive.enabled=false",
                      f"spark.conf.spark.driver.extraJavaOptions=-XX:+UseSerialGC {C1_ALONE}"]
 # The settings of a test's own Spark process (`python -m pipeline ...`, a stage it kills): C1 alone too, and
-# Spark's code generation on, as users run the stages.
+# Spark's code generation and adaptive execution on, as users run the stages.
 SHORT_LIVED_JVM = f"spark.conf.spark.driver.extraJavaOptions={C1_ALONE}"
 PROCESS_SETTINGS = [*TEST_SETTINGS, SHORT_LIVED_JVM]
 
