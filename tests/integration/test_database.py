@@ -22,6 +22,7 @@ from simulators.simulation import Simulation, SimulationOptions
 from simulators.transport import KafkaTransport
 from simulators.truth import TruthStore
 from tables.append import iceberg_table
+from tables.catalog import load_pyiceberg_catalog
 from tables.lake import table_names
 from tables.names import quote
 from tests.integration.test_changelog import _StageProcess
@@ -58,7 +59,7 @@ def database(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> Database:
                                 topic_prefix=prefix)
     Simulation(options, KafkaTransport(cfg.kafka, partitions=1), truth,
                serde_from_settings(cfg.registry, cfg.aws)).run(progress=False)
-    killed_after = _land_killed_once(cfg, spark, prefix)
+    killed_after = _land_killed_once(cfg, prefix)
     restart = ChangelogStage(cfg, spark)  # on the session's Spark: no JVM to start
     restart.run(until_caught_up=True)
     relanded = sum(n for report in restart.reports for n in report.tables.values())
@@ -70,16 +71,26 @@ def database(cfg: PipelineConfig, stack, spark, tmp_path_factory) -> Database:
     return Database(cfg, truth, landed, killed_after, relanded, raised.value.tables, reports, verdicts)
 
 
-def _land_killed_once(cfg: PipelineConfig, spark, prefix: str) -> int:
+def _land_killed_once(cfg: PipelineConfig, prefix: str) -> int:
     """The changelog stage in a process of its own, killed at a random moment of its first batch once it has
     made the batch's tables: writing or committing them (each table is committed on its own). The batches it had
     logged (none, mostly)."""
+    catalog = load_pyiceberg_catalog(cfg.catalog, cfg.aws)  # polled without a Spark job: the stage has the cores
     stage = _StageProcess(prefix, cfg.changelog.checkpoint, settings=[f"changelog.namespace={cfg.changelog.namespace}",
                                                                       "changelog.max_offsets_per_trigger=100000"])
-    stage.wait_for(lambda: len(table_names(cfg, spark, cfg.changelog.namespace)) == TABLES, timeout_s=300)
+    stage.wait_for(lambda: _tables_made(catalog, cfg.changelog.namespace) == TABLES, timeout_s=300)
     time.sleep(random.Random(7).uniform(0.0, 3.0))
     stage.kill()
     return stage.batches()
+
+
+def _tables_made(catalog, namespace: str) -> int:
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        return len(catalog.list_tables(namespace))
+    except NoSuchNamespaceError:
+        return 0
 
 
 def test_every_change_lands_once_though_a_batch_of_every_table_was_killed(database: Database, spark) -> None:
