@@ -25,9 +25,9 @@ import org.apache.iceberg.io.{BulkDeletionFailureException, DelegateFileIO, File
  *
  *  Files are written through Hadoop's raw local file system ([[LocalDisk]]) with a configuration of no default
  *  resources, held once per JVM: Iceberg's Parquet writer copies the configuration of a Hadoop output file, and
- *  builds Hadoop's defaults for any other (five XML files parsed, ~10 ms of CPU for every data file). A written
- *  file's location is therefore Hadoop's form of it (`file:///a/b` is recorded as `file:/a/b`), as with Hadoop's
- *  FileIO; a read takes any form. */
+ *  builds Hadoop's defaults for any other (its `*-default.xml` files parsed, ~16 ms of CPU for every data file).
+ *  A written file's location is therefore Hadoop's form of it (`file:///a/b` is recorded as `file:/a/b`), as
+ *  with Hadoop's FileIO; a read takes any form. */
 final class LocalFileIO extends DelegateFileIO {
   private var props: JMap[String, String] = Collections.emptyMap()
 
