@@ -37,8 +37,9 @@ def archive(cfg: PipelineConfig) -> Path:
     home = os.environ.get("JAVA_HOME")
     java = shutil.which("java", path=str(Path(home) / "bin")) if home else shutil.which("java")
     parts = [os.path.realpath(java or "java"), str(Path(pyspark.__file__).parent), pyspark.__version__]
-    parts += [f"{jar.name}:{jar.stat().st_size}" for jar in sorted(cfg.jars_dir.glob("*/*.jar"))
-              if jar.parent.name in ("spark", "cdc", "localfs")]
+    # the JVM maps an archive only while every jar has the size and time it had when the archive was written
+    jars = [jar for jar in sorted(cfg.jars_dir.glob("*/*.jar")) if jar.parent.name in ("spark", "cdc", "localfs")]
+    parts += [f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns}" for jar in jars]
     digest = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
     return cfg.jars_dir / FOLDER / f"spark-{digest}.jsa"
 

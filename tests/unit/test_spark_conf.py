@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -232,8 +233,12 @@ def test_a_local_driver_maps_the_class_data_archive_once_setup_wrote_it(tmp_path
     for off in ("spark.master=spark://10.0.0.5:7077", "spark.class_data=false"):  # remote drivers have no such file
         assert "SharedArchiveFile" not in spark_conf(_cfg(tmp_path, off))["spark.driver.extraJavaOptions"], off
     (cfg.jars_dir / "spark").mkdir(parents=True)
-    (cfg.jars_dir / "spark" / "iceberg-spark-runtime-9.jar").write_bytes(b"jar")
+    jar = cfg.jars_dir / "spark" / "iceberg-spark-runtime-9.jar"
+    jar.write_bytes(b"jar")
     assert class_data.archive(cfg) != written  # another set of jars: another archive, which setup writes
+    before = class_data.archive(cfg)
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 10**9))
+    assert class_data.archive(cfg) != before  # rebuilt at its size: the JVM refuses an archive of the old one
 
 
 def test_a_local_driver_creates_local_files_without_a_process_once_setup_built_it(tmp_path: Path,
