@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import uuid
 from pathlib import Path
@@ -91,10 +92,18 @@ def test_local_iceberg_files_go_through_the_pipelines_file_io(spark, cfg: Pipeli
     with pytest.raises(Py4JJavaError, match="AlreadyExistsException"):
         output.create()
     replaced = written_by_hadoop.read_bytes()
+    written_by_hadoop.chmod(0o600)
     stream = output.createOrOverwrite()
     stream.write(replaced)
     stream.close()
     assert written_by_hadoop.read_bytes() == replaced and not checksum.exists()
+    # Hadoop's permissions for a new file and folder (umask 022), set through Java's file API, not a chmod process
+    assert stat.S_IMODE(written_by_hadoop.stat().st_mode) == 0o644
+    nested = written_by_hadoop.parent / "new-folder" / "new-file"
+    io.newOutputFile(str(nested)).create().close()
+    assert (stat.S_IMODE(nested.parent.stat().st_mode), stat.S_IMODE(nested.stat().st_mode)) == (0o755, 0o644)
+    io.deleteFile(str(nested))
+    nested.parent.rmdir()
     checksum.write_bytes(b"crc")
     io.deleteFile(data)
     assert not written_by_hadoop.exists() and not checksum.exists()

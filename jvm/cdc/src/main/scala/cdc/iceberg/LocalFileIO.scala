@@ -3,6 +3,7 @@ package cdc.iceberg
 import java.io.{IOException, OutputStream, UncheckedIOException}
 import java.net.URI
 import java.nio.file.{Files, NoSuchFileException, Path, Paths}
+import java.nio.file.attribute.PosixFilePermissions
 import java.util.{Collections, Map => JMap}
 
 import scala.jdk.CollectionConverters._
@@ -123,11 +124,18 @@ object LocalFileIO {
 }
 
 /** Hadoop's raw local file system (no checksum files) that removes the checksum file Hadoop's checksummed one
- *  left beside a file it writes anew: Hadoop would check the new bytes against the old file's checksums. */
+ *  left beside a file it writes anew (Hadoop would check the new bytes against the old file's checksums), and sets
+ *  a new file's or folder's permissions through Java's file API: Hadoop's own runs a `chmod` process for each
+ *  without its native library, which Spark's distribution does not carry (as jvm/localfs's file system does). */
 final class LocalDisk extends RawLocalFileSystem {
   override protected def createOutputStreamWithMode(f: HadoopPath, append: Boolean,
                                                     permission: FsPermission): OutputStream = {
     if (!append) Files.deleteIfExists(LocalFileIO.checksum(pathToFile(f).toPath))
     super.createOutputStreamWithMode(f, append, permission)
+  }
+
+  override def setPermission(p: HadoopPath, permission: FsPermission): Unit = {
+    val actions = Seq(permission.getUserAction, permission.getGroupAction, permission.getOtherAction)
+    Files.setPosixFilePermissions(pathToFile(p).toPath, PosixFilePermissions.fromString(actions.map(_.SYMBOL).mkString))
   }
 }
