@@ -58,6 +58,14 @@ def _gated_source(folder: Path):
     return Gated
 
 
+def _feed(folder: Path, rows: int) -> None:
+    """The source's row count, replaced in one step: the query's offset call reads the file at any moment, and
+    a file written in place is empty between its truncation and its write."""
+    partial = folder / "feed.partial"
+    partial.write_text(str(rows))
+    partial.replace(folder / "feed")
+
+
 def _wait_for(condition, what: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s  # a deadline, not a measure
     while not condition():
@@ -77,7 +85,7 @@ def _start(spark, folder: Path):
 
 
 def test_a_query_planning_the_batch_after_one_with_rows_has_not_found_nothing_new(spark, tmp_path: Path) -> None:
-    (tmp_path / "feed").write_text("3")
+    _feed(tmp_path, 3)
     (tmp_path / "gate").touch()
     query = _start(spark, tmp_path)
     try:
@@ -86,7 +94,7 @@ def test_a_query_planning_the_batch_after_one_with_rows_has_not_found_nothing_ne
         assert not query.status["isDataAvailable"]  # what the old check read: "nothing new", wrongly
         assert not found_nothing_new(query)  # the last finished trigger had rows
 
-        (tmp_path / "feed").write_text("5")
+        _feed(tmp_path, 5)
         (tmp_path / "gate").unlink()
         _wait_for(lambda: found_nothing_new(query), "a trigger that found nothing after the new rows")
         assert spark.table(tmp_path.name).count() == 5
@@ -96,12 +104,12 @@ def test_a_query_planning_the_batch_after_one_with_rows_has_not_found_nothing_ne
 
 def test_a_query_landing_rows_that_arrived_after_an_empty_trigger_has_not_found_nothing_new(spark,
                                                                                           tmp_path: Path) -> None:
-    (tmp_path / "feed").write_text("3")
+    _feed(tmp_path, 3)
     query = _start(spark, tmp_path)
     try:
         _wait_for(lambda: found_nothing_new(query), "an empty trigger after the first batch")
         (tmp_path / "read-gate").touch()
-        (tmp_path / "feed").write_text("5")
+        _feed(tmp_path, 5)
         _wait_for((tmp_path / "reading").exists, "the next batch to read its rows")
         progress = query.lastProgress
         assert all(s["startOffset"] == s["endOffset"] for s in progress["sources"])  # the last report: empty
