@@ -126,7 +126,9 @@ object LocalFileIO {
 /** Hadoop's raw local file system (no checksum files) that removes the checksum file Hadoop's checksummed one
  *  left beside a file it writes anew (Hadoop would check the new bytes against the old file's checksums), and sets
  *  a new file's or folder's permissions through Java's file API: Hadoop's own runs a `chmod` process for each
- *  without its native library, which Spark's distribution does not carry (as jvm/localfs's file system does). */
+ *  without its native library, which Spark's distribution does not carry. jvm/localfs's file system does the same
+ *  for Hadoop's own writes; its jar is on the driver's class path only when the pipeline starts a local driver, so
+ *  this one does not extend it. */
 final class LocalDisk extends RawLocalFileSystem {
   override protected def createOutputStreamWithMode(f: HadoopPath, append: Boolean,
                                                     permission: FsPermission): OutputStream = {

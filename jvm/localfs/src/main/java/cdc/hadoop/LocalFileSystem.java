@@ -3,12 +3,11 @@ package cdc.hadoop;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.attribute.PosixFilePermission;
-import java.util.EnumSet;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.util.Set;
 
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RawLocalFileSystem;
-import org.apache.hadoop.fs.permission.FsAction;
 import org.apache.hadoop.fs.permission.FsPermission;
 
 /**
@@ -34,21 +33,11 @@ public class LocalFileSystem extends org.apache.hadoop.fs.LocalFileSystem {
     }
   }
 
+  /** The POSIX form of a Hadoop permission ({@code rwxr-xr-x}). jvm/cdc's {@code LocalDisk} writes it the same way
+   *  rather than call this: this jar is on the driver's class path only when the pipeline starts a local driver,
+   *  and {@code LocalDisk} serves Iceberg under spark-submit too. */
   static Set<PosixFilePermission> posix(FsPermission permission) {
-    Set<PosixFilePermission> found = EnumSet.noneOf(PosixFilePermission.class);
-    add(found, permission.getUserAction(), PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE,
-        PosixFilePermission.OWNER_EXECUTE);
-    add(found, permission.getGroupAction(), PosixFilePermission.GROUP_READ, PosixFilePermission.GROUP_WRITE,
-        PosixFilePermission.GROUP_EXECUTE);
-    add(found, permission.getOtherAction(), PosixFilePermission.OTHERS_READ, PosixFilePermission.OTHERS_WRITE,
-        PosixFilePermission.OTHERS_EXECUTE);
-    return found;
-  }
-
-  private static void add(Set<PosixFilePermission> found, FsAction action, PosixFilePermission read,
-                          PosixFilePermission write, PosixFilePermission execute) {
-    if (action.implies(FsAction.READ)) found.add(read);
-    if (action.implies(FsAction.WRITE)) found.add(write);
-    if (action.implies(FsAction.EXECUTE)) found.add(execute);
+    return PosixFilePermissions.fromString(permission.getUserAction().SYMBOL + permission.getGroupAction().SYMBOL
+        + permission.getOtherAction().SYMBOL);
   }
 }
