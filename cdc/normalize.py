@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 META_COLUMNS = ("_op", "_is_deleted", "_source_ts", "_seq", "_source", "_transport", "_schema_id", "_unchanged")
-# The change record's fields by their values, for how they are written (`tables.append.parquet_hints`): positions,
+# The change record's fields by their values, for how they are written (`tables.append.RECORD_HINTS`): positions,
 # nearly one a row; texts that are the same in every row of a table (or of a writer schema); and a transaction's id,
 # shared by its changes. A dictionary of the first two is work per value for nothing; bounds of the last two prune
 # no query.

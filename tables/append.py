@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from cdc.normalize import CONSTANT_TEXTS, POSITIONS, UNBOUNDED
 from tables import delta_log
 from tables.names import property_list, quote, sql_string
 
@@ -59,6 +60,11 @@ def parquet_hints(plain: Iterable[str], unbounded: Iterable[str]) -> dict[str, s
     row prune nothing; both are work per value and column."""
     return {**{f"write.parquet.dict-encoding-enabled.column.{name}": "false" for name in plain},
             **{f"write.parquet.stats-enabled.column.{name}": "false" for name in unbounded}}
+
+
+# The change record's columns as every Iceberg table that holds them writes them: a changelog table, a mirror, its
+# pending table.
+RECORD_HINTS = parquet_hints((*POSITIONS, *CONSTANT_TEXTS), UNBOUNDED)
 
 
 @dataclass(frozen=True)

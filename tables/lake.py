@@ -23,7 +23,7 @@ import structlog
 from cdc.merge import MergeClauses, merge_sql
 from pipeline.config.settings import PipelineConfig
 from tables import delta_log
-from tables.append import COMMIT_PROPERTY, nullable
+from tables.append import COMMIT_PROPERTY, RECORD_HINTS, nullable
 from tables.names import property_list, quote, sql_string
 from tables.partitioning import PartitionField
 
@@ -419,9 +419,10 @@ def _creating(writer: DataFrameWriterV2, partition_by: list[PartitionField], wri
 
 
 def _created_properties(write_mode: str) -> dict[str, str]:
-    """A new mirror table's properties: Iceberg format v2 (Athena reads no v3), row-level writes in `write_mode`."""
-    return {"format-version": "2", **{f"write.{operation}.mode": write_mode
-                                      for operation in ("merge", "update", "delete")}}
+    """A new mirror table's properties: Iceberg format v2 (Athena reads no v3), row-level writes in `write_mode`,
+    the change record's columns written as in the changelog (`RECORD_HINTS`)."""
+    modes = {f"write.{operation}.mode": write_mode for operation in ("merge", "update", "delete")}
+    return {"format-version": "2", **modes, **RECORD_HINTS}
 
 
 def snapshot_properties(metadata: dict[str, str]) -> dict[str, str]:

@@ -338,6 +338,38 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
     assert sum(r["_is_deleted"] for r in whole.values()) > 0
 
 
+def test_the_change_records_positions_and_constant_texts_are_written_plainly_in_every_table(landed, spark) -> None:
+    """`RECORD_HINTS`: in the changelog table, in the mirror built from it and in its pending table, the change
+    record's positions (nearly one a row) are written without a dictionary, and its constant texts without one and
+    without bounds; the source's own columns keep Parquet's dictionary and bounds."""
+    from urllib.parse import urlparse
+
+    import pyarrow.parquet as pq
+
+    from cdc.normalize import CONSTANT_TEXTS, POSITIONS, UNBOUNDED
+    from tables.append import RECORD_HINTS
+
+    cfg, source, _ = landed
+    table = source.tables()[0]
+    mirror = _own_mirrors(cfg, "hints")
+    assert [r.table for r in MirrorStage(mirror, spark).run_once([table])] == [table]
+    written = [lake_table(cfg, spark, cfg.changelog.namespace, table),
+               lake_table(mirror, spark, mirror.mirror.namespace, table)]
+    assert RECORD_HINTS.items() <= pending_table(mirror, spark, table).properties().items()
+    for lake in written:
+        path = urlparse(spark.sql(f"SELECT file_path FROM {lake.ref}.files LIMIT 1").first()[0]).path
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        plain = [name for name in (*POSITIONS, *CONSTANT_TEXTS) if name in chunks]
+        unbounded = [name for name in UNBOUNDED if name in chunks]
+        assert {"_seq.source_minor", "_source.table"} <= set(plain) and "_source.tx_id" in unbounded, lake.ref
+        assert not [name for name in plain if any("DICTIONARY" in e for e in chunks[name].encodings)], lake.ref
+        assert not [name for name in unbounded if chunks[name].statistics is not None
+                    and chunks[name].statistics.has_min_max], lake.ref
+        nationality = chunks["nationality"]
+        assert any("DICTIONARY" in e for e in nationality.encodings) and nationality.statistics.has_min_max
+
+
 def test_storage_partitioned_joins_change_no_row_of_any_mirror_write(landed, spark, monkeypatch) -> None:
     """Issue 40, item 5: with the one-side shuffle on, Spark 4.1 can drop matches of storage-partitioned joins in
     plans of several joins (SPARK-59050), so the product turns them on for the single MERGE join only

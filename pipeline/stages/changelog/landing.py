@@ -51,8 +51,7 @@ from cdc import decode, dms_tables, framing, native
 from cdc.columns import lake_column
 from cdc.control import control_kind
 from cdc.framing import Framing, Kind
-from cdc.normalize import (CONSTANT_TEXTS, POSITIONS, TRANSPORT_EXTRAS, UNBOUNDED, any_rejection, detect_format,
-                           normalize, read_schema, rejections)
+from cdc.normalize import TRANSPORT_EXTRAS, any_rejection, detect_format, normalize, read_schema, rejections
 from pipeline.stages.changelog import quiet
 from pipeline.stages.changelog.quiet import QuietTopic
 from pipeline.stages.changelog.report import BatchReport
@@ -61,7 +60,7 @@ from pipeline.runtime.hadoop_files import read_text, write_text
 from registry.ids import UnresolvedSchemaId
 from registry.resolver import resolver_from_settings
 from tables.append import (BATCH_STARTED, SOURCE_PROPERTY, Appended, Appender, Created, DeltaAppender,
-                           IcebergAppender, ManyTablesAppender, Staged, parquet_hints)
+                           IcebergAppender, ManyTablesAppender, RECORD_HINTS, Staged)
 from tables.glue_delta import DeltaGlue
 from tables.keys import DMS_TABLE_DEF_PROPERTY, keys_property, stored_keys
 from tables.lake import create_namespace, lake_table, table_names
@@ -889,8 +888,7 @@ def frame_columns(frames: Framing, headers: bool, registry_frames: bool) -> tupl
 
 def changelog_appender(cfg: PipelineConfig, spark: SparkSession) -> IcebergAppender:
     """Idempotent appends to Iceberg changelog tables, with the change record's Parquet hints."""
-    return IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}",
-                           parquet_hints((*POSITIONS, *CONSTANT_TEXTS), UNBOUNDED))
+    return IcebergAppender(spark, f"{cfg.catalog.name}.{cfg.changelog.namespace}", RECORD_HINTS)
 
 
 def changelog_owners(cfg: PipelineConfig, spark: SparkSession) -> Owners:
