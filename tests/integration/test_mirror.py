@@ -339,9 +339,10 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
 
 
 def test_the_change_records_positions_and_constant_texts_are_written_plainly_in_every_table(landed, spark) -> None:
-    """`RECORD_HINTS`: in the changelog table, in the mirror built from it and in its pending table, the change
-    record's positions (nearly one a row) are written without a dictionary, and its constant texts without one and
-    without bounds; the source's own columns keep Parquet's dictionary and bounds."""
+    """`RECORD_HINTS`: in the changelog table and in the mirror built from it, the change record's positions
+    (nearly one a row) are written without a dictionary, and its constant texts without one and without bounds; the
+    source's own columns keep Parquet's dictionary and bounds. The pending table, empty after a first build, is
+    created with the same properties."""
     from urllib.parse import urlparse
 
     import pyarrow.parquet as pq
