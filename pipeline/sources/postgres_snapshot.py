@@ -33,6 +33,7 @@ CONVERTED = frozenset({"int2", "numeric", "time", "timetz"})
 MAX_PRECISION = 38  # Spark's decimals; Debezium's precision is capped the same way
 IDENTIFIER_MARK = '"'  # PostgreSQL quotes identifiers as SQL does
 TIME_OF_DAY = "'HH24:MI:SS.US'"  # the lake's `HH:mm:ss.SSSSSS` text of a time of day
+FORCE_BINARY = -1  # pgJDBC's `prepareThreshold` that asks for binary results from a statement's first run
 
 Bound = list[str]  # a key's values, as PostgreSQL writes them as text
 KeyRange = tuple["Bound | None", Bound]  # (after this key, or from the first; up to this key, included)
@@ -116,7 +117,10 @@ class PostgresSnapshot:
     def options(self) -> dict[str, str]:
         s = self.settings
         options = {"url": str(s.url), "user": s.user, "driver": "org.postgresql.Driver",
-                   "fetchsize": str(s.fetch_rows), "preferTimestampNTZ": "true"}  # `timestamp` has no zone
+                   "fetchsize": str(s.fetch_rows), "preferTimestampNTZ": "true",  # `timestamp` has no zone
+                   # Binary results from a statement's first run: the driver's default waits for its fifth, and
+                   # a range is read once, so numbers, times and dates came as text, parsed row by row.
+                   "prepareThreshold": str(FORCE_BINARY)}
         if s.password is not None:
             options["password"] = s.password.get_secret_value()
         return options

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.sources.postgres_snapshot import SourceColumn, _within, pg_string
+from pipeline.config.settings import BackfillSettings
+from pipeline.sources.postgres_snapshot import PostgresSnapshot, SourceColumn, _within, pg_string
 from pipeline.stages.backfill import Position, _ranges
 
 
@@ -34,6 +35,14 @@ def test_a_string_literal_holds_its_value_whatever_the_server_setting() -> None:
 def test_each_column_is_read_as_its_lake_type(column: SourceColumn, expression: str) -> None:
     assert column.select() == expression
     assert column.supported
+
+
+def test_rows_come_in_binary_from_a_ranges_first_and_only_read() -> None:
+    """pgJDBC sends numbers, times and dates as text until a statement's fifth run; a key range is read once."""
+    settings = BackfillSettings(url="jdbc:postgresql://db:5432/shop", fetch_rows=500)
+    options = PostgresSnapshot(None, settings, "public", "trips").options  # type: ignore[arg-type]
+    assert options["prepareThreshold"] == "-1"  # pgJDBC's "force binary"
+    assert options["fetchsize"] == "500"
 
 
 def test_types_without_a_lake_type_are_not_supported() -> None:
