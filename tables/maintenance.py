@@ -4,7 +4,9 @@ removal of files no snapshot references.
 - Iceberg: the `rewrite_data_files`, `expire_snapshots` and `remove_orphan_files` procedures. The rewrite applies
   position deletes (a fold's, `tables/pending.py`) to the files it rewrites and drops the delete files left
   pointing at none. Expiry spares the snapshots named in `keep` (the commits mirror watermarks point at), so
-  incremental reads stay incremental.
+  incremental reads stay incremental. A table created before the pipeline wrote the change record's columns
+  as it does now (`RECORD_HINTS`) is given the hints it lacks first, so its compacted files and its later writes
+  are written so too; a hint the table sets otherwise is the user's and stays.
 - Delta: `OPTIMIZE` (compaction), then `VACUUM`, which deletes the files of versions older than the window and
   files no version references (Delta keeps the versions' log entries until its own log retention).
 """
@@ -16,7 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
+import structlog
+
 from pipeline.config.settings import MaintenanceSettings
+from tables.append import RECORD_HINTS
 from tables.lake import DeltaLakeTable, IcebergLakeTable, LakeTable, session_conf
 from tables.names import quote, sql_string
 
@@ -28,6 +33,8 @@ DELTA_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # trees and costs thousands of empty tasks per table on a small cluster.
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 ORPHAN_CHECK_FILES = 1000  # files listed in search of an old one; past that the orphan procedure decides
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ def maintain(table: LakeTable, settings: MaintenanceSettings, keep: frozenset[in
 def _iceberg(table: IcebergLakeTable, settings: MaintenanceSettings, cutoff: datetime, orphan_cutoff: datetime,
              keep: frozenset[int]) -> tuple[int, int, int, int | None]:
     spark: SparkSession = table.spark
+    _hint(table)
     # the table named with its catalog: a name without one makes Iceberg try its namespace as a catalog first and
     # log that failure, with its stack trace, for every call
     catalog = table.cfg.catalog.name
@@ -84,6 +92,16 @@ def _iceberg(table: IcebergLakeTable, settings: MaintenanceSettings, cutoff: dat
                             f"older_than => TIMESTAMP '{_sql_time(orphan_cutoff)}')").count()
     return (int(rewrite["rewritten_data_files_count"]) if rewrite else 0,
             int(rewrite["added_data_files_count"]) if rewrite else 0, len(expired), orphans)
+
+
+def _hint(table: IcebergLakeTable) -> None:
+    """Give `table` the `RECORD_HINTS` it has no value for (one read of its metadata; a change only when some
+    are missing)."""
+    held = table.properties()
+    missing = {key: value for key, value in RECORD_HINTS.items() if key not in held}
+    if missing:
+        table.set_properties(missing)
+        log.info("maintain.hinted", table=table.name, properties=len(missing))
 
 
 def _delta(table: DeltaLakeTable, retain_hours: float) -> tuple[int, int, int, int | None]:

@@ -343,10 +343,6 @@ def test_the_change_records_positions_and_constant_texts_are_written_plainly_in_
     (nearly one a row) are written without a dictionary, and its constant texts without one and without bounds; the
     source's own columns keep Parquet's dictionary and bounds. The pending table, empty after a first build, is
     created with the same properties."""
-    from urllib.parse import urlparse
-
-    import pyarrow.parquet as pq
-
     from cdc.normalize import CONSTANT_TEXTS, POSITIONS, UNBOUNDED
     from tables.append import RECORD_HINTS
 
@@ -358,9 +354,7 @@ def test_the_change_records_positions_and_constant_texts_are_written_plainly_in_
                lake_table(mirror, spark, mirror.mirror.namespace, table)]
     assert RECORD_HINTS.items() <= pending_table(mirror, spark, table).properties().items()
     for lake in written:
-        path = urlparse(spark.sql(f"SELECT file_path FROM {lake.ref}.files LIMIT 1").first()[0]).path
-        group = pq.ParquetFile(path).metadata.row_group(0)
-        chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+        chunks = _column_chunks(spark, lake.ref)
         plain = [name for name in (*POSITIONS, *CONSTANT_TEXTS) if name in chunks]
         unbounded = [name for name in UNBOUNDED if name in chunks]
         assert {"_seq.source_minor", "_source.table"} <= set(plain) and "_source.tx_id" in unbounded, lake.ref
@@ -369,6 +363,47 @@ def test_the_change_records_positions_and_constant_texts_are_written_plainly_in_
                     and chunks[name].statistics.has_min_max], lake.ref
         nationality = chunks["nationality"]
         assert any("DICTIONARY" in e for e in nationality.encodings) and nationality.statistics.has_min_max
+
+
+def test_maintenance_hints_a_table_made_before_the_hints_and_keeps_a_hint_set_otherwise(landed, spark) -> None:
+    """A table of change records made without `RECORD_HINTS`, as the pipeline made its tables before them, in two
+    files, one hint set otherwise by its user: `maintain` adds the hints it lacks, keeps the user's, and the
+    file its compaction writes has the positions without a dictionary."""
+    from cdc.normalize import POSITIONS
+    from tables.append import RECORD_HINTS
+    from tables.lake import create_namespace
+    from tables.maintenance import maintain
+
+    cfg, source, _ = landed
+    table = source.tables()[0]
+    mirror = _own_mirrors(cfg, "unhinted")
+    create_namespace(spark, mirror.catalog.name, mirror.mirror.namespace)
+    old = lake_table(mirror, spark, mirror.mirror.namespace, table)
+    theirs = "write.parquet.dict-encoding-enabled.column._seq.source_minor"
+    changes = lake_table(cfg, spark, cfg.changelog.namespace, table).read().coalesce(1)
+    changes.writeTo(old.ref).using("iceberg").tableProperty(theirs, "true").create()
+    changes.writeTo(old.ref).append()
+    assert not RECORD_HINTS.keys() - {theirs} & old.properties().keys()
+
+    report = maintain(old, mirror.maintenance)
+    assert (report.files_rewritten, report.files_added) == (2, 1)
+    held = old.properties()
+    assert held[theirs] == "true"
+    assert {key: value for key, value in RECORD_HINTS.items() if key != theirs}.items() <= held.items()
+    chunks = _column_chunks(spark, old.ref)
+    assert [name for name in POSITIONS if any("DICTIONARY" in e for e in chunks[name].encodings)] == [
+        "_seq.source_minor"]  # the user's hint: a dictionary of a value or two
+
+
+def _column_chunks(spark, ref: str) -> dict:  # type: ignore[no-untyped-def]
+    """The column chunks of the first row group of a data file of Iceberg table `ref`, by column path."""
+    from urllib.parse import urlparse
+
+    import pyarrow.parquet as pq
+
+    path = urlparse(spark.sql(f"SELECT file_path FROM {ref}.files LIMIT 1").first()[0]).path
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    return {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
 
 
 def test_storage_partitioned_joins_change_no_row_of_any_mirror_write(landed, spark, monkeypatch) -> None:
