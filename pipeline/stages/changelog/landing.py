@@ -898,19 +898,34 @@ def changelog_owners(cfg: PipelineConfig, spark: SparkSession) -> Owners:
 
 
 def stamped(rows: DataFrame, batch_id: int) -> DataFrame:
-    """The rows with `_ingested_at` (now) and `_batch_id`, joined from a broadcast one-row frame rather than added
-    as literals. Spark writes a literal number or time into the generated Java code, so with literals every batch
-    compiled the whole decode and normalise anew, and the JIT compiled it again from the interpreter up: about 2 CPU-s
-    a batch of a single topic. The frame's values are a function of its row (the one-row range starts at the batch
-    id), never literals: the optimiser propagates a frame's literal columns through the join into the per-row code
-    (`FoldablePropagation`), which made a frame of literals no better. Joined so, the per-row code is the same for
-    every batch, and compiled once."""
+    """The rows with `_ingested_at` (now) and `_batch_id`, joined from a broadcast one-row frame of data rather
+    than added as literals. Spark writes a literal number or time into the generated Java code, so with literals
+    every batch compiled the whole decode and normalise anew, and the JIT compiled it again from the interpreter up:
+    about 2 CPU-s a batch of a single topic. The frame is a local relation whose row is data (`_stamp_frame`), so
+    no stage's code depends on the batch: a frame of literal columns is no better (the optimiser propagates them
+    through the join into the per-row code, `FoldablePropagation`), and a one-row `range` computed from the batch
+    compiled its own stage anew for every batch, twice."""
     from pyspark.sql import functions as F
 
-    stamp = stamp_values(batch_id)
-    since = stamp["_ingested_at"] - batch_id  # now, as micros after the batch id
-    return rows.crossJoin(F.broadcast(rows.sparkSession.range(batch_id, batch_id + 1, numPartitions=1).select(
-        F.timestamp_micros(F.col("id") + F.lit(since)).alias("_ingested_at"), F.col("id").alias("_batch_id"))))
+    return rows.crossJoin(F.broadcast(_stamp_frame(rows.sparkSession, stamp_values(batch_id))))
+
+
+def _stamp_frame(spark: SparkSession, stamp: Mapping[str, int]) -> DataFrame:
+    """A one-row frame of `stamp`'s `_ingested_at` (a time) and `_batch_id`, built in the JVM from one row of
+    texts (py4j hands a small number over as an int, a large one as a long: texts are one type whatever the value)
+    and cast, a local relation that Spark folds the casts into."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    values = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, len(STAMPS))  # type: ignore[union-attr]
+    for i, name in enumerate(STAMPS):
+        values[i] = str(stamp[name])
+    row = jvm.org.apache.spark.sql.RowFactory.create(values)
+    texts = jvm.org.apache.spark.sql.types.StructType.fromDDL(", ".join(f"{name} string" for name in STAMPS))
+    frame = DataFrame(spark._jsparkSession.createDataFrame(jvm.java.util.List.of(row), texts), spark)  # type: ignore[attr-defined]
+    return frame.select(F.timestamp_micros(F.col("_ingested_at").cast("long")).alias("_ingested_at"),
+                        F.col("_batch_id").cast("long").alias("_batch_id"))
 
 
 def placeholders(rows: DataFrame) -> DataFrame:
