@@ -88,7 +88,7 @@ demo-postgres: setup system-packages
 	$(PY) -m pipeline stack up --with postgres
 	$(PY) -m simulators.postgres create
 	$(PY) -m pipeline.stack.debezium register demo_$(PG_RUN) --prefix $(PG_PREFIX)
-	$(PY) -m simulators.postgres run --operations 500 --slot demo_$(PG_RUN)
+	$(PY) -m simulators.postgres run --operations 500 --connector demo_$(PG_RUN)
 	$(PY) -m pipeline.stack.debezium delete demo_$(PG_RUN)
 	$(PG_DEMO) changelog --topic-pattern '$(PG_PREFIX)\..*' --until-caught-up
 	$(PG_DEMO) mirror

@@ -167,7 +167,7 @@ class ShopDriver:
 
     def mark_end(self) -> str:
         """The WAL position after every change so far; one more change (a balance) follows it, so a connector
-        that confirms this position has delivered all of them (`pipeline.stack.debezium.wait_flushed`)."""
+        that has delivered a change at or after it has delivered all of them (`pipeline.stack.debezium.wait_delivered`)."""
         lsn = self.psql.execute("SELECT pg_current_wal_lsn();").strip()
         self._apply([f"UPDATE customers SET balance = balance + 1 WHERE id = {min(self.customers)};"])
         return lsn
@@ -350,7 +350,7 @@ def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_
 def main(argv: list[str] | None = None) -> int:
     """`python -m simulators.postgres create|run|compare`: the `make demo-postgres` steps on the stack's Postgres."""
     from pipeline.config.settings import load_config
-    from pipeline.stack.debezium import wait_flushed
+    from pipeline.stack.debezium import wait_delivered
 
     parser = argparse.ArgumentParser(prog="python -m simulators.postgres", description=__doc__)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
@@ -358,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operations", type=int, default=500, help="run: random changes to make")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-truncate", action="store_true", help="run: no TRUNCATE (for the unwrap transform)")
-    parser.add_argument("--slot", action="append", default=[],
-                        help="run: wait until this connector's replication slot has delivered every change")
+    parser.add_argument("--connector", action="append", default=[],
+                        help="run: wait until this Debezium connector has delivered every change to Kafka")
     parser.add_argument("--prefix", action="append", default=[], help="compare: the lake tables' topic prefix")
     args = parser.parse_args(argv)
     cfg = load_config(overrides=args.overrides)
@@ -373,8 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         driver.attach()
         print(driver.run(args.operations, truncate=not args.no_truncate).line())
         lsn = driver.mark_end()
-        for slot in args.slot:
-            wait_flushed(cfg, slot, lsn)
+        for connector in args.connector:
+            wait_delivered(cfg, connector, lsn)
         return 0
     from pipeline.runtime.spark import get_spark
 

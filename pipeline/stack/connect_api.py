@@ -28,6 +28,12 @@ class ConnectApi:
     def status(self, name: str) -> dict[str, Any] | None:
         return self._call("GET", f"/connectors/{name}/status", missing_ok=True)
 
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """The source offsets Connect has committed for the connector, one per source partition (`[]` before the
+        first commit). Connect commits a record's offset only once it and every record before it were acked."""
+        found = self._call("GET", f"/connectors/{name}/offsets", missing_ok=True)
+        return [entry["offset"] for entry in (found or {}).get("offsets", []) if entry.get("offset")]
+
     def wait_running(self, name: str, timeout_s: float = 60.0, ready: Callable[[], bool] = lambda: True) -> None:
         """Until the connector and all its tasks are RUNNING and `ready()` holds; a FAILED one raises at once."""
         deadline = time.monotonic() + timeout_s

@@ -110,18 +110,29 @@ def slot_streaming(psql: Psql, slot: str) -> bool:
     return psql.execute(f"SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';").strip() == "t"
 
 
-def wait_flushed(cfg: PipelineConfig, slot: str, lsn: str, timeout_s: float = 120.0) -> None:
-    """Until the connector on `slot` has confirmed WAL position `lsn`, where a change was written after every
-    change to wait for: those are then in Kafka (Debezium confirms an event's position only after Connect
-    committed the offsets of the records up to it, and each earlier change starts before `lsn`)."""
-    psql = Psql(cfg.stack)
+def wait_delivered(cfg: PipelineConfig, connector: str, lsn: str, timeout_s: float = 120.0,
+                   poll_s: float = 0.5) -> None:
+    """Until Connect has committed the offset of a change of `connector` at or after WAL position `lsn`: every
+    change written before `lsn` is then in Kafka (Connect commits an offset only once the record and all before
+    it were acked). The replication slot's confirmed position is no such signal: Debezium confirms the offset's
+    `lsn_commit`, the end of the transaction before the last one delivered, which falls short of `lsn` whenever
+    WAL was written between that commit and the reading of `lsn` (`pg_current_wal_lsn` is the write position)."""
+    api, target = connect_api(cfg), _lsn_value(lsn)
     deadline = time.monotonic() + timeout_s
-    query = f"SELECT confirmed_flush_lsn >= '{lsn}'::pg_lsn FROM pg_replication_slots WHERE slot_name = '{slot}';"
-    while psql.execute(query).strip() != "t":
+    while not any(int(offset.get("lsn") or 0) >= target for offset in api.offsets(connector)):
         if time.monotonic() > deadline:
-            raise ConnectorError(f"the connector on replication slot {slot} did not confirm WAL position {lsn} "
-                                 f"within {timeout_s:.0f} s; see the Connect worker's log")
-        time.sleep(0.5)
+            status = api.status(connector) or {}
+            states = ", ".join(u.get("state", "?") for u in [status.get("connector", {}), *status.get("tasks", [])])
+            raise ConnectorError(f"connector {connector} did not deliver WAL position {lsn} within {timeout_s:.0f} s "
+                                 f"(connector, tasks: {states or 'not registered'}; committed offsets: "
+                                 f"{api.offsets(connector)}); see the Connect worker's log")
+        time.sleep(poll_s)
+
+
+def _lsn_value(lsn: str) -> int:
+    """PostgreSQL's `X/Y` text of a WAL position as the number Debezium's offsets hold."""
+    high, low = lsn.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
 
 
 def main(argv: list[str] | None = None) -> int:

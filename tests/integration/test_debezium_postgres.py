@@ -28,7 +28,7 @@ from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
 from pipeline.stages.mirror import MirrorStage
 from pipeline.stack import Stack
-from pipeline.stack.debezium import PostgresSource, register, unregister, wait_flushed
+from pipeline.stack.debezium import PostgresSource, register, unregister, wait_delivered
 from pipeline.stack.psql import Psql
 from simulators.postgres import KEYS, ShopDriver, Summary, compare_mirror
 from tables.lake import lake_table
@@ -91,7 +91,7 @@ def captured(postgres_cfg: PipelineConfig) -> Iterator[Captured]:
             registered.append(source)
             register(cfg, source)  # waits for the snapshot of the 60 rows
             summary = driver.run(operations=300, truncate=shape == "debezium")
-            wait_flushed(cfg, source.name, driver.mark_end())
+            wait_delivered(cfg, source.name, driver.mark_end())
             runs[shape] = Run(source, summary, frozenset(driver.truncated - driver.orders))
         yield Captured(cfg, runs)
     finally:
@@ -255,7 +255,7 @@ def backfilled(postgres_cfg: PipelineConfig, spark, tmp_path_factory) -> Iterato
     try:
         def stream(operations: int, truncate: bool) -> None:
             driver.run(operations=operations, truncate=truncate)
-            wait_flushed(postgres_cfg, source.name, driver.mark_end())
+            wait_delivered(postgres_cfg, source.name, driver.mark_end())
             ChangelogStage(cfg, spark).run(until_caught_up=True)
 
         stream(120, truncate=False)  # lands before the backfill: the changelog tables exist, with the record key

@@ -14,7 +14,8 @@ from pipeline.cli.parser import build_parser
 from pipeline.config.settings import ConfigError, load_config
 from pipeline.runtime.jvm import SetupError
 from pipeline.stack.connect_api import ConnectApi, ConnectorError
-from pipeline.stack.debezium import PostgresSource, connector_config
+from pipeline.stack import debezium
+from pipeline.stack.debezium import PostgresSource, connector_config, wait_delivered
 from pipeline.stack.postgres import TOOLS, find_bin_dir
 from pipeline.stack.services import all_services
 from simulators.postgres import ShopDriver, SourceColumn
@@ -48,6 +49,42 @@ def test_unwrap_adds_the_seeds_transform(tmp_path: Path) -> None:
 def test_a_connector_name_must_be_a_slot_name() -> None:
     with pytest.raises(ValueError, match="replication slot"):
         PostgresSource("Shop-CDC", "shop", ("public.customers",))
+
+
+class _OffsetsOf(ConnectApi):
+    """Connect's committed offsets as a connector's polls would see them, one list per poll."""
+
+    def __init__(self, *polls: list[dict]) -> None:
+        super().__init__("http://127.0.0.1:1")
+        self.polls = list(polls)
+
+    def offsets(self, name: str) -> list[dict]:
+        return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
+
+    def status(self, name: str) -> dict:
+        return {"connector": {"state": "RUNNING"}, "tasks": [{"state": "RUNNING"}]}
+
+
+def test_delivered_means_connect_committed_a_change_at_or_after_the_position(tmp_path: Path, monkeypatch) -> None:
+    """The last change's `lsn_commit` (what the replication slot gets confirmed) may fall short of the position
+    read before it: only the change's own `lsn` says it was delivered."""
+    mark = 0x28C6000  # 0/28C6000
+    polls = _OffsetsOf([], [{"lsn": mark - 80, "lsn_commit": mark - 200}], [{"lsn": mark + 56, "lsn_commit": mark - 8}])
+    monkeypatch.setattr(debezium, "connect_api", lambda cfg: polls)
+    wait_delivered(_cfg(tmp_path), "bf_1", "0/28C6000", poll_s=0)
+    assert polls.polls == [[{"lsn": mark + 56, "lsn_commit": mark - 8}]]
+    high = _OffsetsOf([{"lsn": (1 << 32) + 16}])  # 1/10: past 0/FFFFFFFF
+    monkeypatch.setattr(debezium, "connect_api", lambda cfg: high)
+    wait_delivered(_cfg(tmp_path), "bf_1", "0/FFFFFFFF", poll_s=0)
+
+
+def test_a_change_not_delivered_in_time_names_the_connector_its_state_and_offsets(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    monkeypatch.setattr(debezium, "connect_api", lambda cfg: _OffsetsOf([{"lsn": 42}]))
+    with pytest.raises(ConnectorError, match=r"connector bf_1 did not deliver WAL position 1/0 within 0 s "
+                                             r"\(connector, tasks: RUNNING, RUNNING; committed offsets: "
+                                             r"\[\{'lsn': 42\}\]\)"):
+        wait_delivered(_cfg(tmp_path), "bf_1", "1/0", timeout_s=0, poll_s=0)
 
 
 def test_binaries_are_found_in_the_configured_folder_or_named_with_the_fix(tmp_path: Path) -> None:
