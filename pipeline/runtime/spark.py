@@ -56,6 +56,10 @@ def spark_conf(cfg: PipelineConfig) -> dict[str, str]:
         "spark.driver.memory": cfg.spark.driver_memory,
         "spark.serializer": "org.apache.spark.serializer.KryoSerializer",
         "spark.kafka.consumer.cache.capacity": str(cfg.kafka.executor_consumers),
+        # PySpark 4 records the Python call site of every Column call for its error messages: in a thread with an
+        # active session, five py4j round trips a call, a third of building a projection (docs/benchmarks.md).
+        # A static setting: `spark.conf` may turn it back on.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # Small local tables: skip Delta's statistics collection fan-out and keep snapshots in few tasks.
         "spark.databricks.delta.snapshotPartitions": "2",
         # New Delta tables keep a change data feed: the mirror reads only the rows appended since its watermark.

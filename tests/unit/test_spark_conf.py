@@ -23,6 +23,12 @@ def test_iceberg_and_delta_share_one_session(tmp_path: Path) -> None:
     assert "spark.jars" not in conf  # spark-submit --packages provides them
 
 
+def test_column_calls_record_no_python_call_site_unless_asked(tmp_path: Path) -> None:
+    assert spark_conf(_cfg(tmp_path))["spark.python.sql.dataFrameDebugging.enabled"] == "false"
+    asked = _cfg(tmp_path, "spark.conf.spark.python.sql.dataFrameDebugging.enabled=true")
+    assert spark_conf(asked)["spark.python.sql.dataFrameDebugging.enabled"] == "true"
+
+
 def test_jdbc_catalog_is_the_one_pyiceberg_opens(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
     conf = spark_conf(cfg)
