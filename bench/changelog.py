@@ -145,9 +145,10 @@ def time_baseline(cfg: PipelineConfig, spark, topics: list[str], schema: str, ho
 def race(cfg: PipelineConfig, spark, pool: list[Message], topics: int, events: int, tag: str, home: Path,
          columns: Callable[[Column], list[Column]] | None = None,
          also: Sequence[Callable[[Column], list[Column]]] = ()) -> tuple[float, ...]:
-    """Seconds the stage and the baseline take to drain `events` messages from each of `topics` new topics of
-    their own, named after the pool's prefix and `tag` (unique to the race); `columns`: what the baseline makes
-    of each decoded value (`time_baseline`). Each of `also` is another baseline's columns, drained from the same
+    """Seconds the stage and the baseline take to drain `events` messages from each of `topics` topics of their
+    own, named after the pool's prefix and `tag`: new for a new tag; a tag given again sends to the same topics
+    and drains from the same checkpoints into the same tables (an append); `columns`: what the baseline makes of
+    each decoded value (`time_baseline`). Each of `also` is another baseline's columns, drained from the same
     topics into tables of its own after it; its seconds follow."""
     serde = serde_from_settings(cfg.registry, cfg.aws)
     prefix = pool[0].topic.split(".", 1)[0]
