@@ -167,7 +167,8 @@ class ShopDriver:
 
     def mark_end(self) -> str:
         """The WAL position after every change so far; one more change (a balance) follows it, so a connector
-        that has delivered a change at or after it has delivered all of them (`pipeline.stack.debezium.wait_delivered`)."""
+        that has delivered a change at or after it has delivered all of them (`pipeline.stack.debezium.
+        wait_delivered`)."""
         lsn = self.psql.execute("SELECT pg_current_wal_lsn();").strip()
         self._apply([f"UPDATE customers SET balance = balance + 1 WHERE id = {min(self.customers)};"])
         return lsn

@@ -28,6 +28,11 @@ class ConnectApi:
     def status(self, name: str) -> dict[str, Any] | None:
         return self._call("GET", f"/connectors/{name}/status", missing_ok=True)
 
+    def states(self, name: str) -> str:
+        """The connector's and its tasks' states, comma-separated ("not registered" when it is not)."""
+        status = self.status(name)
+        return _states(status) if status is not None else "not registered"
+
     def offsets(self, name: str) -> list[dict[str, Any]]:
         """The source offsets Connect has committed for the connector, one per source partition (`[]` before the
         first commit). Connect commits a record's offset only once it and every record before it were acked."""
@@ -45,7 +50,7 @@ class ConnectApi:
                 failed = [u for u in units if u["state"] == "FAILED"]
                 if failed:
                     raise ConnectorError(f"connector {name} failed on {self.url}: {failed[0].get('trace', '')[:2000]}")
-                state = ", ".join(u["state"] for u in units)
+                state = _states(status)
                 if status.get("tasks") and all(u["state"] == "RUNNING" for u in units) and ready():
                     return
             time.sleep(0.5)
@@ -63,3 +68,7 @@ class ConnectApi:
         if not response.ok:
             raise ConnectorError(f"{method} {self.url}{path}: HTTP {response.status_code} {response.text[:1000]}")
         return response.json() if response.content else {}
+
+
+def _states(status: dict[str, Any]) -> str:
+    return ", ".join(unit["state"] for unit in [status["connector"], *status.get("tasks", [])])

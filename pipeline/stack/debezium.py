@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.config.settings import PipelineConfig
 from pipeline.stack.connect_api import ConnectApi, ConnectorError
@@ -119,14 +120,17 @@ def wait_delivered(cfg: PipelineConfig, connector: str, lsn: str, timeout_s: flo
     WAL was written between that commit and the reading of `lsn` (`pg_current_wal_lsn` is the write position)."""
     api, target = connect_api(cfg), _lsn_value(lsn)
     deadline = time.monotonic() + timeout_s
-    while not any(int(offset.get("lsn") or 0) >= target for offset in api.offsets(connector)):
+    while not _reaches(offsets := api.offsets(connector), target):
         if time.monotonic() > deadline:
-            status = api.status(connector) or {}
-            states = ", ".join(u.get("state", "?") for u in [status.get("connector", {}), *status.get("tasks", [])])
             raise ConnectorError(f"connector {connector} did not deliver WAL position {lsn} within {timeout_s:.0f} s "
-                                 f"(connector, tasks: {states or 'not registered'}; committed offsets: "
-                                 f"{api.offsets(connector)}); see the Connect worker's log")
+                                 f"(connector, tasks: {api.states(connector)}; committed offsets: {offsets}); "
+                                 "see the Connect worker's log")
         time.sleep(poll_s)
+
+
+def _reaches(offsets: list[dict[str, Any]], target: int) -> bool:
+    """Whether a committed Debezium offset is of a change at or after WAL position `target`."""
+    return any(int(offset.get("lsn") or 0) >= target for offset in offsets)
 
 
 def _lsn_value(lsn: str) -> int:

@@ -59,7 +59,6 @@ def test_local_files_get_their_permissions_from_the_pipelines_file_system(spark,
     assert os.stat(tmp_path / "file").st_mode & 0o777 == 0o712
 
 
-
 def test_column_calls_record_no_python_call_site(spark) -> None:
     """PySpark records each Column call's Python call site in the JVM only with DataFrame debugging on, at five
     py4j round trips a call: off in the pipeline's sessions, the root's and a pool's alike."""
