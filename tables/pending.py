@@ -21,7 +21,7 @@ from cdc.merge import (BASE_SEQ, LEAST_KNOWN, UNCHANGED, Relations, fold_clauses
                        least_known, overlay_sql, pending_resolved_sql)
 from pipeline.config.settings import PipelineConfig
 from tables.history import history_state, overlaid_history, write_versions
-from tables.lake import (IcebergLakeTable, LakeTable, create_namespace, lake_table, merge_join_conf, session_conf,
+from tables.lake import (IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf,
                          snapshot_properties)
 from tables.names import quote, sql_string
 
@@ -68,9 +68,9 @@ def state_columns(base: LakeTable) -> list[str]:
 
 
 def create_pending(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, like: DataFrame) -> IcebergLakeTable:
-    """An empty pending table with the base's columns and `_unchanged`. Unpartitioned: an append writes one file
-    per task instead of shuffling the changes into the base's partitions, and a lookup reads a few small files."""
-    create_namespace(spark, cfg.catalog.name, cfg.mirror.pending_namespace)
+    """An empty pending table with the base's columns and `_unchanged` (and its namespace, when missing).
+    Unpartitioned: an append writes one file per task instead of shuffling the changes into the base's partitions,
+    and a lookup reads a few small files."""
     table = IcebergLakeTable(spark, base.name, cfg.mirror.pending_namespace, cfg)
     table.create(with_unchanged(like), [], "copy-on-write")
     return table

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import structlog
 
@@ -31,7 +31,7 @@ from tables.pending import pending_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructType
 
 log = structlog.get_logger(__name__)
 
@@ -175,18 +175,20 @@ def table_views(cfg: PipelineConfig, table: str, keys: list[str], changelog_colu
             latest_change_view(cfg, table, keys, changelog_columns)]
 
 
-def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec]) -> None:
+def replace_views(spark: SparkSession, catalog: str | None, views: list[ViewSpec],
+                  schemas: Mapping[str, StructType] | None = None) -> None:
     """`CREATE OR REPLACE VIEW` each of `views` in `catalog`. An Iceberg catalog's are replaced through its view
     API (jvm/cdc `Views`) with the types of the columns they give read from the tables they read: analysing a
-    mirror's overlay took Catalyst ~0.2 s a view, three views a new mirror. The session catalog's (None: Delta
-    path tables' views) by the statement."""
+    mirror's overlay took Catalyst ~0.2 s a view, three views a new mirror. `schemas` (a table's reference, as
+    `quote` writes it, -> its Spark columns) spares the lookup of the tables the caller knows. The session
+    catalog's (None: Delta path tables' views) by the statement."""
     from pyspark.sql.types import StructType
 
     if catalog is None:
         for view in views:
             spark.sql(view.spark_ddl(None))
         return
-    tables: dict[str, StructType] = {}
+    tables = {ref: nullable(schema) for ref, schema in (schemas or {}).items()}
     for view in views:
         ref = quote(catalog, view.namespace, view.table)
         if ref not in tables:

@@ -27,7 +27,8 @@ from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfi
 from tables.history import append_versions, with_versions, write_versions
 from tables.append import append_together, fits, iceberg_table, planned, spark_schema
 from tables.first_build import first_build, is_first_build
-from tables.lake import IcebergLakeTable, LakeTable, java_class, lake_table, merge_join_conf, session_conf
+from tables.lake import (IcebergLakeTable, LakeTable, empty_frame, java_class, lake_table, merge_join_conf,
+                         session_conf)
 from tables.names import quote, sql_string
 from tables.pending import aligned, append_pending, create_pending, fold, mirror_state, pending_table, with_unchanged
 
@@ -280,11 +281,12 @@ def pending_append(cfg: PipelineConfig, spark: SparkSession, name: str, source: 
         if exists and (pending is None or not is_first_build(base, pending)):
             return None  # built already (its watermark lost), or of the merge layout: alone (`_apply`)
     made = java_class(spark, "cdc.spark.MirrorRows")
-    changes = StructType.fromJson(json.loads(made.prepared(source._jdf.schema(), list(CHANGELOG_ONLY)).json()))
+    prepared = made.prepared(source._jdf.schema(), list(CHANGELOG_ONLY))
+    changes = StructType.fromJson(json.loads(prepared.json()))
     if appending:
         table = iceberg_table(spark, quote(cfg.catalog.name, settings.pending_namespace, name))
     else:
-        like = spark.createDataFrame([], changes)
+        like = empty_frame(spark, prepared)
         if not exists:
             _shape(cfg, base, None, None, like, name, unchanged=True)
         if pending is None:

@@ -21,16 +21,19 @@ from typing import TYPE_CHECKING, Iterable
 import structlog
 
 from cdc.columns import source_columns
+from cdc.merge import UNCHANGED
 from cdc.validate import ChangeError
 from pipeline.api.apply import PendingAppend, apply_changes, apply_pending_together, pending_append
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
+from tables.append import spark_schema
 from tables.backfill_state import backfill_running
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
 from tables.keys import table_key
 from tables.lake import IcebergLakeTable, LakeTable, create_namespace, lake_table, table_names
+from tables.names import quote
 from tables.pending import WATERMARK, pending_columns, pending_table
 from tables.views import replace_views, table_views
 
@@ -238,9 +241,8 @@ class MirrorStage:
                  seconds=round(time.perf_counter() - started, 2))  # the write and the commits follow
         results = apply_pending_together(spark, planned, self.settings.concurrent_lookups)
         merged = [(part, result) for part, result in zip(planned, results, strict=True) if result is not None]
-        self._sessions.map(lambda part: self._replace_views(part.name, part.keys, self._changelog(part.name)),
-                           [part for part, result in merged if result.reshaped], self.settings.concurrent_tables,
-                           "mirror-views")
+        self._sessions.map(self._replace_built_views, [part for part, result in merged if result.reshaped],
+                           self.settings.concurrent_tables, "mirror-views")
         seconds = time.perf_counter() - started
         reports = {part.name: TableReport(part.name, result.changes, result.keys, 0, int(part.metadata[WATERMARK]),
                                           seconds, len(merged)) for part, result in merged}
@@ -314,6 +316,18 @@ class MirrorStage:
 
     def _changelog(self, name: str) -> LakeTable:
         return lake_table(self.cfg, self.spark, self.cfg.changelog.namespace, name)
+
+    def _replace_built_views(self, part: PendingAppend) -> None:
+        """The views of a mirror `merge_together` built, from the columns its planning had: the changelog read's and
+        the base's (the table it created; its pending table has them and `_unchanged`). Looking the three tables up
+        again cost more than replacing the views, a run building hundreds of mirrors paid it for each."""
+        if not keeps_views(self.cfg.catalog):
+            return
+        catalog, changelog, base = self.cfg.catalog.name, part.rows.schema, spark_schema(self.spark, part.table)
+        views = table_views(self.cfg, part.name, part.keys, changelog.fieldNames(),
+                            [f.name for f in base.fields if f.name != UNCHANGED])
+        replace_views(self.spark, catalog, views, {quote(catalog, self.cfg.changelog.namespace, part.name): changelog,
+                                                   quote(catalog, self.settings.namespace, part.name): base})
 
     def _replace_views(self, name: str, keys: list[str], source: LakeTable) -> None:
         """The table's views, in catalogs that keep views (Delta path tables get theirs per query session)."""

@@ -16,7 +16,7 @@ from pipeline.runtime import scratch
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
 from tables.catalog import load_pyiceberg_catalog, pyiceberg_properties, spark_catalog_conf
-from tables.lake import create_namespace
+from tables.lake import IcebergLakeTable, create_namespace
 from tests.conftest import make_config
 
 pytestmark = pytest.mark.integration
@@ -153,6 +153,24 @@ def test_sessions_create_one_namespace_at_the_same_moment(spark, cfg: PipelineCo
             return pool.current.catalog.databaseExists(f"{cfg.catalog.name}.{namespace}")
 
         assert pool.map(create, range(4), workers=4, name="ns") == [True] * 4
+
+
+def test_an_empty_table_is_created_with_its_first_snapshot_and_namespace_in_one_commit(spark,
+                                                                                     cfg: PipelineConfig) -> None:
+    """A mirror's tables are created empty with their first state, an empty append (what time travel to before the
+    first build shows), by one catalog commit (a run building hundreds of mirrors made two a table), in their
+    namespace, which is created when missing (a pending namespace is never made beforehand)."""
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    table = IcebergLakeTable(spark, "made_empty", namespace, cfg)
+    table.create(spark.createDataFrame([], "id long, name string"), [], "merge-on-read")
+
+    assert spark.catalog.databaseExists(f"{cfg.catalog.name}.{namespace}")
+    assert [row["operation"] for row in spark.sql(f"SELECT operation FROM {table.ref}.snapshots").collect()] == ["append"]
+    assert spark.sql(f"SELECT * FROM {table.ref}.metadata_log_entries").count() == 1  # one metadata file: one commit
+    assert table.read().isEmpty() and [f.name for f in table.fields()] == ["id", "name"]
+    metadata = table._document()
+    assert metadata["format-version"] == 2  # Athena reads no v3
+    assert metadata["properties"]["write.merge.mode"] == "merge-on-read" and metadata["properties"]["owner"]
 
 
 def test_delta_round_trip_with_time_travel(spark, cfg: PipelineConfig) -> None:

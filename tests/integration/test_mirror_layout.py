@@ -248,6 +248,12 @@ def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfi
         assert spark.table(pending_table(cfg, spark, name).ref).isEmpty(), name
     views = {v["viewName"] for v in spark.sql(f"SHOW VIEWS IN {cfg.catalog.name}.{cfg.mirror.namespace}").collect()}
     assert {f"{name}{cfg.mirror.view_suffix}" for name in names} <= views
+    for name in small:  # the views of the mirrors built together, made from the columns their planning read
+        model = _model(landed[name], "soft")
+        current = spark.table(f"{cfg.catalog.name}.{cfg.mirror.namespace}.{name}{cfg.mirror.view_suffix}")
+        assert _state(current) == {k: r for k, r in model.items() if not r["_is_deleted"]}, name
+        latest = spark.table(f"{cfg.catalog.name}.{cfg.changelog.namespace}.{name}{cfg.mirror.latest_view_suffix}")
+        assert latest.count() == len(model) and set(latest.columns) >= {"id", "name", "_seq"}, name
     for name in names:
         land(name, 1, batches[name][1])
     second = reports(MirrorStage(cfg, spark))

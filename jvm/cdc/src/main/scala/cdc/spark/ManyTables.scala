@@ -5,10 +5,11 @@ import java.util.concurrent.{Callable, Executors}
 import scala.jdk.CollectionConverters._
 
 import org.apache.iceberg.{DataFile, SnapshotUpdate, Table}
-import org.apache.iceberg.exceptions.ValidationException
+import org.apache.iceberg.catalog.{Namespace, SupportsNamespaces, TableIdentifier}
+import org.apache.iceberg.exceptions.{AlreadyExistsException, ValidationException}
 import org.apache.iceberg.expressions.{Expressions => IcebergExpressions}
-import org.apache.iceberg.spark.Spark3Util
-import org.apache.iceberg.spark.source.SerializableTableWithSize
+import org.apache.iceberg.spark.{Spark3Util, SparkSchemaUtil}
+import org.apache.iceberg.spark.source.{HasIcebergCatalog, SerializableTableWithSize}
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
@@ -43,11 +44,40 @@ object ManyTables {
              properties: java.util.Map[String, String]): Table = {
     val found = Spark3Util.catalogAndIdentifier(spark, name)
     val partitioning: Array[Transform] = Option(dayColumn).map(column => Expressions.days(column): Transform).toArray
-    val owned = (properties.asScala + (TableCatalog.PROP_OWNER -> spark.sparkContext.sparkUser)).asJava
     found.catalog.asInstanceOf[TableCatalog].createTable(found.identifier,
-      DataType.fromJson(schemaJson).asInstanceOf[StructType], partitioning, owned)
+      DataType.fromJson(schemaJson).asInstanceOf[StructType], partitioning, owned(spark, properties))
     Spark3Util.loadIcebergTable(spark, name)
   }
+
+  /** Creates table `name` unpartitioned, as `create` does, with its first snapshot, an empty append (the table's
+   *  first state, as time travel sees it), in the same metadata file: one catalog commit where a create and then
+   *  an append made two, which a mirror run that builds hundreds of tables (and their pending tables) paid twice a
+   *  table. Creates the namespace too when it is missing. Returns the Iceberg table. */
+  def createEmpty(spark: SparkSession, name: String, schemaJson: String,
+                  properties: java.util.Map[String, String]): Table = {
+    val found = Spark3Util.catalogAndIdentifier(spark, name)
+    val catalog = found.catalog.asInstanceOf[HasIcebergCatalog].icebergCatalog
+    val identifier = TableIdentifier.of(Namespace.of(found.identifier.namespace: _*), found.identifier.name)
+    val schema = SparkSchemaUtil.convert(DataType.fromJson(schemaJson).asInstanceOf[StructType])
+    def commit(): Unit = {
+      val created = catalog.buildTable(identifier, schema).withProperties(owned(spark, properties)).createTransaction()
+      created.newAppend().commit()
+      created.commitTransaction()
+    }
+    val namespaces = catalog.asInstanceOf[SupportsNamespaces]
+    try commit()
+    catch {  // catalogs name a missing namespace differently (Glue: its own EntityNotFoundException): asked after
+      case _: RuntimeException if !namespaces.namespaceExists(identifier.namespace) =>
+        try namespaces.createNamespace(identifier.namespace)
+        catch { case _: AlreadyExistsException => () }  // another session created it meanwhile
+        commit()
+    }
+    catalog.loadTable(identifier)
+  }
+
+  /** A new table's properties: `properties` and the owner Spark adds (the Spark user). */
+  private def owned(spark: SparkSession, properties: java.util.Map[String, String]): java.util.Map[String, String] =
+    (properties.asScala + (TableCatalog.PROP_OWNER -> spark.sparkContext.sparkUser)).asJava
 
   /** Iceberg table `name` (`catalog.namespace.table`), or null when there is none: one catalog load, where asking
    *  whether it exists first loads it twice, and a missing table's exception would cross py4j. */
