@@ -13,6 +13,7 @@ changes nothing either: re-runs, replays after a lost watermark, and concurrent 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
 from tables.keys import table_key
-from tables.lake import IcebergLakeTable, LakeTable, create_namespace, lake_table, table_names
+from tables.lake import IcebergLakeTable, LakeTable, create_namespace, java_class, lake_table, table_names
 from tables.names import quote
 from tables.pending import WATERMARK, pending_columns, pending_table
 from tables.views import replace_views, table_views
@@ -174,26 +175,38 @@ class MirrorStage:
 
     def positions(self, names: list[str]) -> dict[str, Position | None]:
         """Each table's current changelog commit and its mirror's watermark (None for a table never merged),
-        read from the tables' metadata without a Spark job, `mirror.concurrent_lookups` tables at a time. The
-        mirror and pending namespaces are listed once, so a table without a mirror costs no lookup of one. A
-        table whose mirror has merged its changelog's current commit is then only reported: no key lookup, no
-        schema, no merge planning."""
+        read from the tables' metadata without a Spark job, `mirror.concurrent_lookups` tables at a time (Iceberg's
+        in the JVM, by one call: jvm/cdc `Positions`). The mirror and pending namespaces are listed once, so a
+        table without a mirror costs no lookup of one. A table whose mirror has merged its changelog's current
+        commit is then only reported: no key lookup, no schema, no merge planning."""
         mirrors = set(table_names(self.cfg, self.spark, self.settings.namespace))
-        pending = (set(table_names(self.cfg, self.spark, self.settings.pending_namespace))
-                   if self.cfg.lake.format == "iceberg" else set())
+        if self.cfg.lake.format == "iceberg":
+            return self._iceberg_positions(names, mirrors)
 
         def look(name: str) -> Position | None:
             if name not in mirrors:
                 return None  # never merged
             started = time.perf_counter()
             through = self._changelog(name).commit_id()
-            merged = watermark(lake_table(self.cfg, self.spark, self.settings.namespace, name),
-                               IcebergLakeTable(self.spark, name, self.settings.pending_namespace, self.cfg)
-                               if name in pending else None)
-            return Position(through, merged, name in pending, time.perf_counter() - started)
+            merged = watermark(lake_table(self.cfg, self.spark, self.settings.namespace, name))
+            return Position(through, merged, False, time.perf_counter() - started)
 
         return dict(zip(names, self._sessions.map(look, names, self.settings.concurrent_lookups, "mirror-lookup"),
                         strict=True))
+
+    def _iceberg_positions(self, names: list[str], mirrors: set[str]) -> dict[str, Position | None]:
+        """`positions` of Iceberg tables, the ones with a mirror looked up in the JVM by one call."""
+        pending = set(table_names(self.cfg, self.spark, self.settings.pending_namespace))
+        listed = [name for name in names if name in mirrors]
+        found = json.loads(java_class(self.spark, "cdc.spark.Positions").of(
+            self.spark._jsparkSession, self.cfg.catalog.name, self.cfg.changelog.namespace,  # type: ignore[attr-defined]
+            self.settings.namespace, self.settings.pending_namespace, listed, [name in pending for name in listed],
+            WATERMARK, self.settings.concurrent_lookups)) if listed else []
+        positions: dict[str, Position | None] = dict.fromkeys(names)
+        for name, at in zip(listed, found, strict=True):
+            merged = int(at["merged"]) if at["merged"] is not None else None
+            positions[name] = Position(at["through"], merged, name in pending, at["seconds"])
+        return positions
 
     def backfilling(self, names: list[str]) -> set[str]:
         """The tables of `names` whose snapshot `pipeline backfill` is landing (`tables/backfill_state.py`): they

@@ -261,6 +261,15 @@ def test_tables_whose_changes_only_append_are_merged_together(cfg: PipelineConfi
         name: (4, len(batches[name][1])) for name in names}
     assert all(pending_table(cfg, spark, name).commit_metadata(WATERMARK)[1] == str(second[name].watermark)
                for name in names)
+    # where each mirror stands, looked up in the JVM for all tables at once (jvm/cdc `Positions`): as each
+    # table's own metadata says, and nothing for a table never mirrored
+    positions = MirrorStage(cfg, spark).positions([*names, "never_mirrored"])
+    assert positions["never_mirrored"] is None
+    for name in names:
+        at, changelog = positions[name], lake_table(cfg, spark, cfg.changelog.namespace, name)
+        assert at is not None and at.pending and at.through == changelog.commit_id(), name
+        assert at.merged == watermark(lake_table(cfg, spark, cfg.mirror.namespace, name),
+                                      pending_table(cfg, spark, name)) == second[name].watermark, name
     appended = spark.table(pending_table(cfg, spark, plain).ref)  # a placeholder is stored as null, and listed
     assert appended.where("array_contains(_unchanged, 'notes')").count() > 0
     assert appended.where("notes = '__debezium_unavailable_value' OR _merged_at IS NULL").count() == 0
