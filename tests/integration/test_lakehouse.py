@@ -173,6 +173,24 @@ def test_an_empty_table_is_created_with_its_first_snapshot_and_namespace_in_one_
     assert metadata["properties"]["write.merge.mode"] == "merge-on-read" and metadata["properties"]["owner"]
 
 
+def test_sessions_create_tables_in_one_missing_namespace_at_the_same_moment(spark, cfg: PipelineConfig) -> None:
+    """Mirrors built together create their pending tables from several sessions at once, in a namespace none of
+    them finds: every table is created (a session whose create failed before another made the namespace tries
+    again; CI met that interleaving, which this test cannot force)."""
+    pool = SessionPool(spark)
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    together = threading.Barrier(4, timeout=120)
+
+    def create(number: int) -> bool:
+        table = IcebergLakeTable(pool.current, f"made_{number}", namespace, cfg)
+        like = pool.current.createDataFrame([], "id long")
+        together.wait()
+        table.create(like, [], "copy-on-write")
+        return table.exists()
+
+    assert pool.map(create, range(4), workers=4, name="made") == [True] * 4
+
+
 def test_delta_round_trip_with_time_travel(spark, cfg: PipelineConfig) -> None:
     path = f"{cfg.lake.delta_root}/it/artists_{uuid.uuid4().hex[:8]}"
     spark.createDataFrame(ROWS[:2], "id long, name string, nationality string").write.format("delta").save(path)

@@ -5,17 +5,18 @@ import java.util.concurrent.{Callable, Executors}
 import scala.jdk.CollectionConverters._
 
 import org.apache.iceberg.{DataFile, SnapshotUpdate, Table}
-import org.apache.iceberg.catalog.{Namespace, SupportsNamespaces, TableIdentifier}
+import org.apache.iceberg.catalog.{Namespace, TableIdentifier}
 import org.apache.iceberg.exceptions.{AlreadyExistsException, ValidationException}
 import org.apache.iceberg.expressions.{Expressions => IcebergExpressions}
 import org.apache.iceberg.spark.{Spark3Util, SparkSchemaUtil}
 import org.apache.iceberg.spark.source.{HasIcebergCatalog, SerializableTableWithSize}
 import org.apache.spark.sql.Row
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
+import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException,
+  NoSuchTableException}
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.classic.{Dataset, SparkSession}
-import org.apache.spark.sql.connector.catalog.TableCatalog
+import org.apache.spark.sql.connector.catalog.{SupportsNamespaces, TableCatalog}
 import org.apache.spark.sql.connector.expressions.{Expressions, Transform}
 import org.apache.spark.sql.execution.SQLExecution
 import org.apache.spark.sql.types.{DataType, StructType}
@@ -64,12 +65,17 @@ object ManyTables {
       created.newAppend().commit()
       created.commitTransaction()
     }
-    val namespaces = catalog.asInstanceOf[SupportsNamespaces]
     try commit()
-    catch {  // catalogs name a missing namespace differently (Glue: its own EntityNotFoundException): asked after
-      case _: RuntimeException if !namespaces.namespaceExists(identifier.namespace) =>
-        try namespaces.createNamespace(identifier.namespace)
-        catch { case _: AlreadyExistsException => () }  // another session created it meanwhile
+    catch {
+      // Catalogs name a missing namespace each their own way (Glue: its EntityNotFoundException), and another
+      // session may be creating it at this moment: after any failure but the table's own existence, the namespace
+      // is made sure of (through Spark's catalog, which wraps a caching one) and the create tried once more.
+      case failed: RuntimeException if !failed.isInstanceOf[AlreadyExistsException] =>
+        val namespaces = found.catalog.asInstanceOf[SupportsNamespaces]
+        if (!namespaces.namespaceExists(found.identifier.namespace)) {
+          try namespaces.createNamespace(found.identifier.namespace, java.util.Map.of())
+          catch { case _: NamespaceAlreadyExistsException => () }
+        }
         commit()
     }
     catalog.loadTable(identifier)
