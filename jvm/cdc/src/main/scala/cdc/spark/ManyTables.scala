@@ -56,7 +56,7 @@ object ManyTables {
    *  table. Creates the namespace too when it is missing. Returns the Iceberg table. */
   def createEmpty(spark: SparkSession, name: String, schemaJson: String,
                   properties: java.util.Map[String, String]): Table = {
-    val found = Spark3Util.catalogAndIdentifier(spark, name)
+    val found = ActiveSession.within(spark)(Spark3Util.catalogAndIdentifier(spark, name))
     val catalog = found.catalog.asInstanceOf[HasIcebergCatalog].icebergCatalog
     val identifier = TableIdentifier.of(Namespace.of(found.identifier.namespace: _*), found.identifier.name)
     val schema = SparkSchemaUtil.convert(DataType.fromJson(schemaJson).asInstanceOf[StructType])

@@ -9,7 +9,6 @@ import org.apache.iceberg.Table
 import org.apache.iceberg.catalog.{Catalog, Namespace, TableIdentifier}
 import org.apache.iceberg.exceptions.NoSuchTableException
 import org.apache.iceberg.spark.Spark3Util
-import org.apache.spark.sql.{SparkSession => AnySparkSession}
 import org.apache.spark.sql.classic.SparkSession
 
 /** Where many Iceberg mirrors stand, looked up in one call: each table's changelog's current snapshot and the
@@ -32,7 +31,7 @@ object Positions {
   def of(spark: SparkSession, catalogName: String, changelog: String, mirror: String, pending: String,
          names: java.util.List[String], withPending: java.util.List[java.lang.Boolean], key: String,
          threads: Int): String = {
-    val catalog = icebergCatalog(spark, catalogName)
+    val catalog = ActiveSession.within(spark)(Spark3Util.loadIcebergCatalog(spark, catalogName))
     val pool = Executors.newFixedThreadPool(math.max(1, threads))
     try {
       val lookups = names.asScala.zip(withPending.asScala).map { case (name, hasPending) =>
@@ -64,12 +63,4 @@ object Positions {
     try Some(catalog.loadTable(TableIdentifier.of(Namespace.of(namespace), name)))
     catch { case _: NoSuchTableException => None }
 
-  /** The Iceberg catalog of `spark`'s catalog `name`, resolved with `spark` the thread's active session: Spark
-   *  reads a catalog's settings, the first time a session names it, from the active session of the thread. */
-  private def icebergCatalog(spark: SparkSession, name: String): Catalog = {
-    val before = AnySparkSession.getActiveSession
-    AnySparkSession.setActiveSession(spark)
-    try Spark3Util.loadIcebergCatalog(spark, name)
-    finally before.fold(AnySparkSession.clearActiveSession())(AnySparkSession.setActiveSession)
-  }
 }

@@ -18,7 +18,7 @@ object Views {
   def replace(spark: SparkSession, catalog: String, namespace: String, name: String, sql: String,
               schemaJson: String): Unit = {
     val manager = spark.sessionState.catalogManager
-    val views = manager.catalog(catalog).asInstanceOf[SupportsReplaceView]
+    val views = ActiveSession.within(spark)(manager.catalog(catalog)).asInstanceOf[SupportsReplaceView]
     // As CREATE VIEW records them: the session's catalog when it is another, and its namespace
     val current = Option(manager.currentCatalog.name).filter(_ != catalog).orNull
     val schema = DataType.fromJson(schemaJson).asInstanceOf[StructType]
