@@ -29,7 +29,8 @@ from tables.names import column, quote
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-CHECK_FAILED = "first build: a change failed a check"  # the pass's failure, told apart from other failures
+CHECK_FAILED = "first build: a change failed a check"
+MASK = 0xFFFFFFFF  # 32-bit arithmetic, as Java's int  # the pass's failure, told apart from other failures
 
 
 @dataclass(frozen=True)
@@ -43,12 +44,15 @@ class Built:
         return int(self.made.read().value())
 
 
-def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spread: list[Column]) -> Built:
+def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spread: list[Column],
+          spread_values: int = 0) -> Built:
     """One row per key of canonical `changes` (a truncate, which names no key, leaves none: `truncated` applies
     them), checked and resolved in one pass over the key's changes in `_seq` order. `deletes_know_values`: the
     merge layout's rule (a delete's own values stand); else the pending layout's (a soft delete keeps the last
     values). `spread`: what the changes are shuffled and first sorted by, functions of the key (the mirror's key
-    buckets, so each bucket's rows are written by one task, one bucket after another); none: by the key."""
+    buckets, so each bucket's rows are written by one task, one bucket after another); none: by the key.
+    `spread_values`: how many values one `spread` column takes (its buckets): each goes to a task of its own
+    (`one_task_a_value`)."""
     from pyspark.sql import DataFrame
 
     rows = prepared(changes)
@@ -56,10 +60,46 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
     unchanged = f"coalesce({UNCHANGED}, {none})" if UNCHANGED in rows.columns else none
     rows = rows.selectExpr(*[quote(c) for c in rows.columns if c != UNCHANGED], f"{unchanged} AS {UNCHANGED}")
     by_key = [column(k) for k in keys]
-    ordered = rows.repartition(*(spread or by_key)).sortWithinPartitions(*spread, *by_key, "_seq")
+    if len(spread) == 1 and spread_values:
+        shuffled = rows.repartition(spread_values, one_task_a_value(spread[0], spread_values))
+    else:
+        shuffled = rows.repartition(*(spread or by_key))
+    ordered = shuffled.sortWithinPartitions(*spread, *by_key, "_seq")
     made = java_class(rows.sparkSession, "cdc.spark.FirstBuild")(
         ordered._jdf, keys, list(TOMBSTONE), deletes_know_values, CHECK_FAILED)
     return Built(DataFrame(made.rows(), rows.sparkSession), made)
+
+
+def one_task_a_value(value: Column, count: int) -> Column:
+    """What to shuffle rows by, into `count` tasks, so that each of `value`'s values 0 to `count` - 1 goes to a task
+    of its own. Spark puts a row in task `pmod(hash(what), count)` (Murmur3, seed 42, as its SQL `hash`); here
+    `what` is the first integer that hashes to the value's own task. Why: Spark hashes a few small numbers unevenly
+    (16 buckets into 4 tasks as 3, 3, 4 and 6 of them; into 16 tasks, two in each of six), and the task with the
+    most buckets was a first build's last part, one core busy."""
+    from pyspark.sql import functions as F
+
+    first: dict[int, int] = {}
+    candidate = 0
+    while len(first) < count:
+        first.setdefault(spark_hash(candidate) % count, candidate)
+        candidate += 1
+    return F.element_at(F.array(*[F.lit(first[task]).cast("int") for task in range(count)]), value + 1)
+
+
+def spark_hash(value: int) -> int:
+    """Spark's `hash` of an int (`Murmur3_x86_32.hashInt`, seed 42), as a signed 32-bit int."""
+    def rotated(x: int, by: int) -> int:
+        return ((x << by) | (x >> (32 - by))) & MASK
+
+    k1 = rotated(value * 0xCC9E2D51 & MASK, 15) * 0x1B873593 & MASK
+    h1 = (rotated(42 ^ k1, 13) * 5 + 0xE6546B64) & MASK
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & MASK
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & MASK
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
 def check_failed(error: Exception) -> bool:

@@ -11,6 +11,7 @@ after the base.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from cdc.build import built, check_failed
@@ -19,6 +20,7 @@ from cdc.validate import check_changes
 from pipeline.config.settings import PipelineConfig
 from tables.lake import IcebergLakeTable
 from tables.names import column, quote
+from tables.partitioning import PartitionField
 from tables.pending import aligned, create_pending, pending_table
 
 if TYPE_CHECKING:
@@ -42,8 +44,10 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     name, settings = target.name, cfg.mirror
     pending_layout = settings.layout == "pending"
     written = Observation(f"written_{name}")
-    partitions, spread = settings.partition_fields(name), _spread(cfg, name, keys)
-    made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread)
+    partitions, buckets = settings.partition_fields(name), _key_buckets(cfg, name, keys)
+    spread = _spread(cfg, buckets)
+    made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread,
+                 spread_values=math.prod(field.buckets or 1 for field in buckets))
     rows = made.rows
     at = truncates(changes, keys)
     if at.first()["_truncates"]:  # one job; with no truncate, the scan's statistics leave it no file to read
@@ -70,11 +74,15 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     return made.changes_read(), int(written.get["rows"])
 
 
-def _spread(cfg: PipelineConfig, name: str, keys: list[str]) -> list[Column]:
-    """What to shuffle the changes by: the mirror's buckets of a key column (so a bucket is one task's and one
+def _key_buckets(cfg: PipelineConfig, name: str, keys: list[str]) -> list[PartitionField]:
+    """The mirror's partition fields that bucket a key column: what the changes can be shuffled by."""
+    return [field for field in cfg.mirror.partition_fields(name) if field.transform == "bucket" and field.column in keys]
+
+
+def _spread(cfg: PipelineConfig, buckets: list[PartitionField]) -> list[Column]:
+    """What to shuffle the changes by: the mirror's `buckets` of key columns (so a bucket is one task's and one
     file), else nothing (the window's shuffle by key)."""
     from pyspark.sql import functions as F
 
     bucket = f"{quote(cfg.catalog.name)}.system.bucket"  # Iceberg's own bucket function, as its writes use it
-    return [F.call_function(bucket, F.lit(field.buckets), column(field.column))
-            for field in cfg.mirror.partition_fields(name) if field.transform == "bucket" and field.column in keys]
+    return [F.call_function(bucket, F.lit(field.buckets), column(field.column)) for field in buckets]

@@ -20,6 +20,7 @@ import pytest
 import pipeline.api.apply as apply_module
 import tables.history as history_module
 import tables.pending as pending_module
+from cdc.build import one_task_a_value, spark_hash
 from pipeline.api.apply import apply_changes
 from pipeline.stages.changelog import ChangelogStage
 from pipeline.config.settings import PipelineConfig
@@ -325,8 +326,11 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
         for part in parts:
             _apply(spark, mirror, table, key, part, layout=mirror.mirror.layout)
         state = {r[key]: r.asDict() for r in mirror_state(mirror, spark, table).drop("_merged_at").collect()}
-        if len(parts) == 1:  # the first build wrote the base alone
+        if len(parts) == 1:  # the first build wrote the base alone, each bucket by one task into one file
             assert pending_table(mirror, spark, table).read().isEmpty()
+            files = spark.sql(f"SELECT partition FROM {lake_table(mirror, spark, mirror.mirror.namespace, table).ref}"
+                              ".files").collect()
+            assert len(files) == len({tuple(f["partition"]) for f in files}) > 1
         fold(mirror, spark, table, full=True)  # every key: the bases are compared
         base = lake_table(mirror, spark, mirror.mirror.namespace, table).read().drop("_merged_at")
         return state, {r[key]: r.asDict() for r in base.collect()}
@@ -336,6 +340,22 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
     assert continued == whole
     assert continued_base == whole_base
     assert sum(r["_is_deleted"] for r in whole.values()) > 0
+
+
+def test_a_first_build_shuffles_each_bucket_into_a_task_of_its_own(spark) -> None:
+    """Spark's hash spreads 16 bucket numbers over 16 tasks two to a task in six of them; the first build's shuffle
+    key (`one_task_a_value`, from the same hash computed here) gives each its own."""
+    from pyspark.sql import functions as F
+
+    numbers = [0, 1, 15, 1000, -1, -12345, 2**31 - 1, -2**31]
+    hashed = spark.createDataFrame([(n,) for n in numbers], "n int").selectExpr("n", "hash(n) AS h").collect()
+    assert [spark_hash(r["n"]) for r in hashed] == [r["h"] for r in hashed]
+    for count in (4, 16):
+        buckets = spark.range(count * 100).select((F.col("id") % count).cast("int").alias("b"))
+        plain = buckets.repartition(count, "b").select("b", F.spark_partition_id().alias("task")).distinct()
+        assert plain.select("task").distinct().count() < count  # the hash alone: two buckets share a task
+        spread = buckets.repartition(count, one_task_a_value(F.col("b"), count))
+        assert spread.where(F.spark_partition_id() != F.col("b")).isEmpty()
 
 
 def test_the_change_records_positions_and_constant_texts_are_written_plainly_in_every_table(landed, spark) -> None:

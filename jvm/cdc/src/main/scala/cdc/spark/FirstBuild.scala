@@ -55,24 +55,38 @@ object FirstBuild {
       row
     }
 
-    /** The next key's row, or null once every change is read. */
+    /** The next key's row, or null once every change is read. A change is copied: the next one is read before
+     *  its row goes on. */
     private def advance(): InternalRow = {
       while (changes.hasNext) {
         val first = changes.next().copy()
-        val key = rules.key(first).copy()
-        val ordered = mutable.ArrayBuffer(first)
-        while (changes.hasNext && rules.key(changes.head) == key) ordered += changes.next().copy()
-        read.add(ordered.size)
-        val row = resolved(ordered.toIndexedSeq)
+        val row = if (changes.hasNext && rules.sameKey(first, changes.head)) {
+          val ordered = mutable.ArrayBuffer(first)
+          while (changes.hasNext && rules.sameKey(first, changes.head)) ordered += changes.next().copy()
+          read.add(ordered.size)
+          resolved(ordered.toIndexedSeq)
+        } else {
+          read.add(1)
+          alone(first)
+        }
         if (row != null) return row
       }
       null
     }
 
+    /** A key's only change, as `resolved` takes it, without its collections: an initial load's every row. */
+    private def alone(change: InternalRow): InternalRow = {
+      if (unusable(change)) throw new IllegalStateException(failure)
+      if (rules.keyIsNull(change)) null  // a truncate
+      else if (rules.knowsAll(change)) change
+      else resolved(IndexedSeq(change))
+    }
+
+    private def unusable(change: InternalRow): Boolean =
+      rules.positionIsNull(change) || (rules.keyIsNull(change) && !rules.isTruncate(change))
+
     private def resolved(ordered: IndexedSeq[InternalRow]): InternalRow = {
-      if (ordered.exists(c => rules.positionIsNull(c) || (rules.keyIsNull(c) && !rules.isTruncate(c))) ||
-          rules.tied(ordered))
-        throw new IllegalStateException(failure)
+      if (ordered.exists(unusable) || rules.tied(ordered)) throw new IllegalStateException(failure)
       if (ordered.forall(rules.keyIsNull)) return null  // truncates
       val row = rules.newest(ordered)
       if (row.complete) return row.last

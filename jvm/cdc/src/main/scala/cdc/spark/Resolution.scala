@@ -39,12 +39,16 @@ final class Resolution(changes: StructType, keys: Seq[String], tombstone: Seq[St
     names.indices.filter(i => !isPipelineColumn(names(i)) || names(i) == "_op" || names(i) == "_is_deleted").toArray
 
   @transient private lazy val keyOf = UnsafeProjection.create(keyAt.map(bound).toSeq)
+  @transient private lazy val otherKeyOf = UnsafeProjection.create(keyAt.map(bound).toSeq)
   @transient private lazy val contentOf = UnsafeProjection.create(content.map(bound).toSeq)
   @transient private lazy val seqOrder = new InterpretedOrdering(seqType.fields.indices.map(i =>
     SortOrder(BoundReference(i, seqType(i).dataType, nullable = true), Ascending)))
 
   /** A change's key, in a buffer the next call reuses. */
   def key(change: InternalRow): UnsafeRow = keyOf(change)
+
+  /** Whether changes `a` and `b` have one key (as `key` compares them, byte for byte), with no copy of either. */
+  def sameKey(a: InternalRow, b: InternalRow): Boolean = keyOf(a) == otherKeyOf(b)
 
   /** Changes `a` and `b` in `_seq` order. */
   def order(a: InternalRow, b: InternalRow): Int =
@@ -80,10 +84,12 @@ final class Resolution(changes: StructType, keys: Seq[String], tombstone: Seq[St
 
   private def knowsValues(change: InternalRow): Boolean = deletesKnowValues || !change.getBoolean(deleted)
 
+  /** A change that knows every column: a key whose newest change it is takes it as its row. */
+  def knowsAll(change: InternalRow): Boolean = knowsValues(change) && !placeholders(change)
+
   /** The key's row from its changes in `_seq` order: which change gives each column, and the columns none knew. */
   def newest(ordered: IndexedSeq[InternalRow]): Resolved = {
     val last = ordered.last
-    def knowsAll(change: InternalRow): Boolean = knowsValues(change) && !placeholders(change)
     if (knowsAll(last)) return Resolved(last, complete = true, _ => last, Nil)
     val whole = ordered.findLast(knowsAll)
     val newer = ordered.filter(c => knowsValues(c) && placeholders(c) && whole.forall(order(c, _) > 0))
