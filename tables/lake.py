@@ -193,12 +193,11 @@ class IcebergLakeTable:
 
     def commit_metadata(self, key: str) -> tuple[int, str] | None:
         """The newest commit carrying metadata `key`, and the value: (commit id, value)."""
-        found = None
-        for snapshot in self._document().get("snapshots", []):
-            value = snapshot.get("summary", {}).get(key)
-            if value is not None and (found is None or snapshot["timestamp-ms"] >= found[0]):
-                found = (snapshot["timestamp-ms"], int(snapshot["snapshot-id"]), str(value))
-        return found[1:] if found else None
+        found = java_class(self.spark, "cdc.spark.IcebergTables").carried(self._metadata(), key)
+        if found is None:
+            return None
+        commit, value = json.loads(found)
+        return int(commit), str(value)
 
     def fields(self) -> list[StructField]:
         return list(self.spark.table(self.ref).schema.fields)
@@ -373,31 +372,10 @@ class IcebergLakeTable:
         return json.loads(parser.toJson(self._metadata().operations().current()))
 
     def _metadata(self):  # type: ignore[no-untyped-def]  # a py4j proxy of org.apache.iceberg.Table
-        """The table's metadata through Iceberg's Java API, loaded from the catalog itself: a query of
-        `<table>.snapshots` plans and runs a Spark job, about a second a question, and a load through Spark's
-        catalog parses the identifier, wraps the table and refreshes it (one catalog round trip more). The
-        pipeline's catalogs cache no table (`tables/catalog.py`), so a load is current. py4j serves each Python
-        thread on a JVM thread of its own, where Spark reads a catalog's settings (the first time a session
-        names it) from the thread's active session: the table's session is made that for the lookup (another
-        thread's lookups failed with CATALOG_NOT_FOUND), and the one active before is put back."""
-        session = self.spark._jsparkSession  # type: ignore[attr-defined]
-        sessions = java_class(self.spark, "org.apache.spark.sql.SparkSession")
-        before = sessions.getActiveSession()
-        sessions.setActiveSession(session)
-        try:
-            catalog = java_class(self.spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergCatalog(
-                session, self.cfg.catalog.name)
-        finally:
-            if before.isDefined():
-                sessions.setActiveSession(before.get())
-            else:
-                sessions.clearActiveSession()
-        levels = self.spark.sparkContext._gateway.new_array(  # type: ignore[attr-defined]
-            java_class(self.spark, "java.lang.String"), 1)
-        levels[0] = self.namespace
-        namespace = java_class(self.spark, "org.apache.iceberg.catalog.Namespace").of(levels)
-        return catalog.loadTable(java_class(self.spark, "org.apache.iceberg.catalog.TableIdentifier").of(
-            namespace, self.name))
+        """The table's metadata through Iceberg's Java API, loaded from the catalog itself in one call (jvm/cdc
+        `IcebergTables.load`, with this table's session active: see there why)."""
+        return java_class(self.spark, "cdc.spark.IcebergTables").load(
+            self.spark._jsparkSession, self.cfg.catalog.name, self.namespace, self.name)  # type: ignore[attr-defined]
 
 
 def java_class(spark: SparkSession, name: str) -> Any:

@@ -6,9 +6,6 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.iceberg.Table
-import org.apache.iceberg.catalog.{Catalog, Namespace, TableIdentifier}
-import org.apache.iceberg.exceptions.NoSuchTableException
-import org.apache.iceberg.spark.Spark3Util
 import org.apache.spark.sql.classic.SparkSession
 
 /** Where many Iceberg mirrors stand, looked up in one call: each table's changelog's current snapshot and the
@@ -31,16 +28,17 @@ object Positions {
   def of(spark: SparkSession, catalogName: String, changelog: String, mirror: String, pending: String,
          names: java.util.List[String], withPending: java.util.List[java.lang.Boolean], key: String,
          threads: Int): String = {
-    val catalog = ActiveSession.within(spark)(Spark3Util.loadIcebergCatalog(spark, catalogName))
+    val catalog = IcebergTables.catalog(spark, catalogName)
     val pool = Executors.newFixedThreadPool(math.max(1, threads))
     try {
       val lookups = names.asScala.zip(withPending.asScala).map { case (name, hasPending) =>
         pool.submit(new Callable[java.util.Map[String, Any]] {
           override def call(): java.util.Map[String, Any] = {
             val started = System.nanoTime
-            val through = load(catalog, changelog, name).flatMap(t => Option(t.currentSnapshot)).map(_.snapshotId)
-            val merged = (if (hasPending) load(catalog, pending, name).flatMap(watermark(_, key)) else None)
-              .orElse(load(catalog, mirror, name).flatMap(watermark(_, key)))
+            def find(namespace: String) = IcebergTables.find(catalog, namespace, name)
+            val through = find(changelog).flatMap(t => Option(t.currentSnapshot)).map(_.snapshotId)
+            val merged = (if (hasPending) find(pending).flatMap(watermark(_, key)) else None)
+              .orElse(find(mirror).flatMap(watermark(_, key)))
             Map[String, Any]("through" -> through.map(Long.box).orNull, "merged" -> merged.orNull,
               "seconds" -> (System.nanoTime - started) / 1e9).asJava
           }
@@ -50,17 +48,6 @@ object Positions {
     } finally pool.shutdown()
   }
 
-  /** The newest snapshot's value of summary `key` (by commit time; of two at one time, the later listed). */
   private def watermark(table: Table, key: String): Option[String] =
-    table.snapshots.asScala.foldLeft(Option.empty[(Long, String)]) { (found, snapshot) =>
-      Option(snapshot.summary.get(key)) match {
-        case Some(value) if found.forall(_._1 <= snapshot.timestampMillis) => Some((snapshot.timestampMillis, value))
-        case _ => found
-      }
-    }.map(_._2)
-
-  private def load(catalog: Catalog, namespace: String, name: String): Option[Table] =
-    try Some(catalog.loadTable(TableIdentifier.of(Namespace.of(namespace), name)))
-    catch { case _: NoSuchTableException => None }
-
+    IcebergTables.newestCarrying(table, key).map(_.summary.get(key))
 }
