@@ -55,7 +55,8 @@ from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.runtime import package  # noqa: E402
 from pipeline.sources.kinesis.shard_reader import shards_read  # noqa: E402
 from pipeline.stack.services import all_services  # noqa: E402
-from pipeline.stack.spark_cluster import SparkMaster, SparkWorker, cluster_services, master_url  # noqa: E402
+from pipeline.stack.spark_cluster import (SparkMaster, SparkWorker, cluster_services, executor_memory,  # noqa: E402
+                                          master_url)
 from simulators.kinesis import KinesisTransport  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
 from simulators.truth import TruthStore  # noqa: E402
@@ -150,9 +151,12 @@ def lake_settings(cfg: PipelineConfig, bucket: str, run: str) -> list[str]:
     return ["catalog.type=glue", f"catalog.warehouse=s3://{bucket}/{run}/warehouse"]
 
 
-def stage_line(built: package.Package, master: str, settings: list[str], side: str, root: str) -> list[str]:
+def stage_line(cfg: PipelineConfig, built: package.Package, master: str, settings: list[str], side: str,
+               root: str) -> list[str]:
+    """The changelog's line as `package` prints it for `master`."""
     own = [f"changelog.namespace={side}_changelog", f"changelog.checkpoint={root}/{side}/checkpoint"]
-    return built.submit(master, "changelog", package.passed_on([*settings, *own]), python=sys.executable)
+    return built.submit(master, "changelog", package.passed_on([*settings, *own]), python=sys.executable,
+                        executor_memory=executor_memory(cfg, master))
 
 
 def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,
@@ -176,7 +180,7 @@ def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str],
     for round_ in range(1, rounds + 1):
         for side, master in sides if round_ % 2 else sides[::-1]:
             tag = f"{run}_{side.replace('[', '').replace(']', '')}_{round_}"
-            submitted = Submitted(cfg, stage_line(built, master, [*settings, *pattern], tag, root),
+            submitted = Submitted(cfg, stage_line(cfg, built, master, [*settings, *pattern], tag, root),
                                   "--until-caught-up")
             skip = warmup_batches or (1 if batches > 1 else 0)
             rows, seconds = submitted.batch_seconds(skip)
@@ -201,7 +205,7 @@ def kinesis_case(cfg: PipelineConfig, built: package.Package, settings: list[str
                    None).run(progress=False)
     print(f"kinesis: changelog of {events:,} DMS changes on 4 shards, on the cluster ...", flush=True)
     kinesis = ["changelog.source=kinesis", f"kinesis.streams={stream}", "kinesis.fetch_interval_ms=0"]
-    landed = Submitted(cfg, stage_line(built, master_url(cfg), [*settings, *kinesis], f"{run}_kinesis", root),
+    landed = Submitted(cfg, stage_line(cfg, built, master_url(cfg), [*settings, *kinesis], f"{run}_kinesis", root),
                        "--until-caught-up")
     workers = [s for s in cluster_services(cfg) if isinstance(s, SparkWorker)]
     read = {f"{worker.name}/executor {executor}": shards_read(log) for worker in workers

@@ -162,5 +162,12 @@ def master_url(cfg: PipelineConfig) -> str:
     return f"spark://{cfg.stack.host}:{cfg.stack.spark_master_port}"
 
 
+def executor_memory(cfg: PipelineConfig, master: str) -> str | None:
+    """The heap of an executor on `master` when it is the stack's own cluster: all its worker offers (a worker
+    runs one executor an application). Spark's default, 1 GiB, left half of it unused, and those executors spent
+    more CPU collecting and compiling (docs/benchmarks.md, the cluster). Another cluster's is its owner's to size."""
+    return cfg.stack.spark_worker_memory if master == master_url(cfg) else None
+
+
 def cluster_services(cfg: PipelineConfig) -> list[Service]:
     return [SparkMaster(cfg), *(SparkWorker(cfg, index) for index in range(1, cfg.stack.spark_workers + 1))]

@@ -324,9 +324,11 @@ def test_the_package_holds_the_code_every_jar_and_the_stages_submit_lines(lake: 
             "hadoop-aws-3.4.2.jar"} <= jars and any(jar.startswith("cdc-spark") for jar in jars)
     assert all((lake.package / "jars" / jar).is_file() for jar in jars)
     assert "pyiceberg[glue,hive,pyarrow,sql-sqlite]==0.12.0" in (lake.package / "requirements.txt").read_text()
-    master = f"spark://127.0.0.1:{make_config(CLUSTER).stack.spark_master_port}"
-    assert all(line[1:3] == ["--master", master] for line in lake.lines.values())
+    stack = make_config(CLUSTER).stack
+    assert all(line[1:3] == ["--master", f"spark://127.0.0.1:{stack.spark_master_port}"] for line in lake.lines.values())
     assert all(line[3:5] == ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS] for line in lake.lines.values())
+    # the stack's workers run one executor an application, which takes all the worker offers
+    assert all(line[5:7] == ["--executor-memory", stack.spark_worker_memory] for line in lake.lines.values())
     assert not any("secret_access_key" in arg for line in lake.lines.values() for arg in line)
 
 
@@ -339,6 +341,7 @@ def test_the_stages_ran_their_tasks_in_executors_on_the_workers(lake: Lake, clus
             logs = list((workers[name].folder / "work" / app).glob("*/stderr"))
             assert logs, f"{stage}: no executor of {app} on {name}"
             assert any("Finished task" in log.read_text(errors="replace") for log in logs), (stage, name)
+            assert all('"-Xmx2048M"' in log.read_text(errors="replace") for log in logs), "the worker's 2g"
 
 
 def test_the_mirrors_equal_the_source_and_nothing_was_written_to_a_local_disk(lake: Lake, cfg: PipelineConfig,
