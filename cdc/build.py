@@ -29,8 +29,8 @@ from tables.names import column, quote
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-CHECK_FAILED = "first build: a change failed a check"
-MASK = 0xFFFFFFFF  # 32-bit arithmetic, as Java's int  # the pass's failure, told apart from other failures
+CHECK_FAILED = "first build: a change failed a check"  # the pass's failure, told apart from other failures
+MASK = 0xFFFFFFFF  # 32-bit arithmetic, as Java's int
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ after the base.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from cdc.build import built, check_failed
@@ -47,7 +46,7 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     partitions, buckets = settings.partition_fields(name), _key_buckets(cfg, name, keys)
     spread = _spread(cfg, buckets)
     made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread,
-                 spread_values=math.prod(field.buckets or 1 for field in buckets))
+                 spread_values=(buckets[0].buckets or 0) if len(buckets) == 1 else 0)
     rows = made.rows
     at = truncates(changes, keys)
     if at.first()["_truncates"]:  # one job; with no truncate, the scan's statistics leave it no file to read

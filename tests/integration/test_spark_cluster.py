@@ -335,13 +335,15 @@ def test_the_package_holds_the_code_every_jar_and_the_stages_submit_lines(lake: 
 def test_the_stages_ran_their_tasks_in_executors_on_the_workers(lake: Lake, cluster: Stack) -> None:
     """The changelog's tasks on both workers; the mirror's on the worker left standing when the other was killed."""
     workers = {s.name: s for s in cluster.services if isinstance(s, SparkWorker)}
+    memory = make_config(CLUSTER).stack.spark_worker_memory  # each executor's heap, as `package` sized it
+    heap = f'"-Xmx{int(memory.removesuffix("g")) * 1024}M"'  # as spark-submit writes a heap of `<n>g`
     for stage, names in (("changelog", list(workers)), ("mirror", ["spark-worker-1"])):
         app = lake.runs[stage].app_id
         for name in names:
             logs = list((workers[name].folder / "work" / app).glob("*/stderr"))
             assert logs, f"{stage}: no executor of {app} on {name}"
             assert any("Finished task" in log.read_text(errors="replace") for log in logs), (stage, name)
-            assert all('"-Xmx2048M"' in log.read_text(errors="replace") for log in logs), "the worker's 2g"
+            assert all(heap in log.read_text(errors="replace") for log in logs), (heap, stage, name)
 
 
 def test_the_mirrors_equal_the_source_and_nothing_was_written_to_a_local_disk(lake: Lake, cfg: PipelineConfig,

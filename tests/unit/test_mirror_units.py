@@ -1,4 +1,4 @@
-"""The mirror's pure parts: MERGE text, time-travel SQL, key predicates, intervals and settings."""
+"""The mirror's pure parts: MERGE text, time-travel SQL, key predicates, intervals, settings, Spark's hash."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import ast
 import pytest
 from pyspark.sql.types import StructType
 
+from cdc.build import spark_hash
 from cdc.merge import merge_clauses, merge_sql
 from pipeline.cli.parser import _interval
 from pipeline.ops.timetravel import QueryError, as_of_sql, checked_time, parse_key
@@ -189,3 +190,8 @@ def test_apply_changes_names_the_table_its_target_names(target: str, namespace: 
     assert (where.namespace, where.name) == (namespace, name)
     cfg = _config(None, where, ["id"], 1, None, None, "soft", "merge")
     assert cfg.mirror.keys == {name: "id"} and cfg.mirror.namespace == namespace
+
+
+def test_spark_hash_is_sparks_murmur3_of_an_int() -> None:
+    """Values of Spark 4.1's `SELECT hash(CAST(n AS int))`, which the first build's shuffle key counts on."""
+    assert [spark_hash(n) for n in (0, 1, 2)] == [933211791, -559580957, 1765031574]

@@ -76,17 +76,18 @@ object FirstBuild {
 
     /** A key's only change, as `resolved` takes it, without its collections: an initial load's every row. */
     private def alone(change: InternalRow): InternalRow = {
-      if (unusable(change)) throw new IllegalStateException(failure)
+      if (failsCheck(change)) throw new IllegalStateException(failure)
       if (rules.keyIsNull(change)) null  // a truncate
       else if (rules.knowsAll(change)) change
       else resolved(IndexedSeq(change))
     }
 
-    private def unusable(change: InternalRow): Boolean =
+    /** A change without a source position, or without a key but a truncate's. */
+    private def failsCheck(change: InternalRow): Boolean =
       rules.positionIsNull(change) || (rules.keyIsNull(change) && !rules.isTruncate(change))
 
     private def resolved(ordered: IndexedSeq[InternalRow]): InternalRow = {
-      if (ordered.exists(unusable) || rules.tied(ordered)) throw new IllegalStateException(failure)
+      if (ordered.exists(failsCheck) || rules.tied(ordered)) throw new IllegalStateException(failure)
       if (ordered.forall(rules.keyIsNull)) return null  // truncates
       val row = rules.newest(ordered)
       if (row.complete) return row.last
