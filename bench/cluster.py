@@ -55,7 +55,7 @@ from pipeline.config.settings import PipelineConfig, load_config  # noqa: E402
 from pipeline.runtime import package  # noqa: E402
 from pipeline.sources.kinesis.shard_reader import shards_read  # noqa: E402
 from pipeline.stack.services import all_services  # noqa: E402
-from pipeline.stack.spark_cluster import (SparkMaster, SparkWorker, cluster_services, executor_memory,  # noqa: E402
+from pipeline.stack.spark_cluster import (SparkMaster, SparkWorker, cluster_services, executor_options,  # noqa: E402
                                           master_url)
 from simulators.kinesis import KinesisTransport  # noqa: E402
 from simulators.simulation import Simulation, SimulationOptions  # noqa: E402
@@ -156,7 +156,7 @@ def stage_line(cfg: PipelineConfig, built: package.Package, master: str, setting
     """The changelog's line as `package` prints it for `master`."""
     own = [f"changelog.namespace={side}_changelog", f"changelog.checkpoint={root}/{side}/checkpoint"]
     return built.submit(master, "changelog", package.passed_on([*settings, *own]), python=sys.executable,
-                        executor_memory=executor_memory(cfg, master))
+                        executors=executor_options(cfg, master))
 
 
 def kafka_case(cfg: PipelineConfig, built: package.Package, settings: list[str], root: str, run: str,

@@ -44,7 +44,7 @@ def cmd_setup(cfg: PipelineConfig, args: argparse.Namespace) -> int:
 
 def cmd_package(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.runtime import package
-    from pipeline.stack.spark_cluster import executor_memory, master_url
+    from pipeline.stack.spark_cluster import executor_options, master_url
 
     built = package.build(cfg.jars_dir, args.out or cfg.home / "package", args.environment)
     print(f"code:         {built.code}  (--py-files)")
@@ -54,10 +54,11 @@ def cmd_package(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     else:
         print(f"requirements: {built.requirements}  (every node's Python needs them)")
     settings, master = package.passed_on(args.overrides), args.master or master_url(cfg)
-    memory = executor_memory(cfg, master)
-    print(f"submit:       {built.script(master, settings, args.config, args.python, memory)} <stage> [options]")
+    executors = executor_options(cfg, master)
+    print(f"submit:       {built.script(master, settings, args.config, args.python, executors)} <stage> [options]")
     for stage in package.STAGES:
-        print(f"\n# {stage}\n{shlex.join(built.submit(master, stage, settings, args.config, args.python, memory))}")
+        line = built.submit(master, stage, settings, args.config, args.python, executors)
+        print(f"\n# {stage}\n{shlex.join(line)}")
     return EXIT_OK
 
 

@@ -61,10 +61,10 @@ class Package:
     environment: Path | None = None  # --archives: the requirements in a packed virtualenv
 
     def submit(self, master: str, stage: str, settings: Sequence[str] = (), config: Path | None = None,
-               python: str | None = None, executor_memory: str | None = None) -> list[str]:
+               python: str | None = None, executors: Sequence[str] = ()) -> list[str]:
         """The `spark-submit` command line of one stage; `python`: the executors' interpreter, when the
-        nodes' default `python3` lacks the requirements; `executor_memory`: each executor's heap, when the
-        cluster's default (Spark's 1 GiB) is not the one to take.
+        nodes' default `python3` lacks the requirements; `executors`: spark-submit's options for the executors
+        (their heap, their JVM), when a cluster has them; none under a `local` master, which starts none.
 
         With a packed environment the executors' Python code (the sources' reads, the start's check: all of it
         DataFrame code) runs its Python (`spark.sql.execution.pyspark.python`), unpacked beside each executor. The
@@ -80,15 +80,15 @@ class Package:
         options = [*(["--config", str(config)] if config else []),
                    *[arg for setting in (*SUBMITTED, *settings) for arg in ("--set", setting)]]
         driver = [] if master.startswith("local") else ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS]
-        memory = ["--executor-memory", executor_memory] if executor_memory and not master.startswith("local") else []
-        return [str(spark_submit), "--master", master, *driver, *memory, "--jars",
+        sized = [] if master.startswith("local") else list(executors)
+        return [str(spark_submit), "--master", master, *driver, *sized, "--jars",
                 ",".join(str(jar) for jar in self.jars), "--py-files", str(self.code), *conf, str(self.entry), *options,
                 stage]
 
     def script(self, master: str, settings: Sequence[str] = (), config: Path | None = None,
-               python: str | None = None, executor_memory: str | None = None) -> Path:
+               python: str | None = None, executors: Sequence[str] = ()) -> Path:
         """`submit.sh <stage> [options]`: the stages' line with the stage and its options last."""
-        line = self.submit(master, "", settings, config, python, executor_memory)[:-1]
+        line = self.submit(master, "", settings, config, python, executors)[:-1]
         script = self.folder / "submit.sh"
         script.write_text("#!/bin/sh\n# spark-submit of a stage, as `python -m pipeline package` printed it: "
                           f"submit.sh <stage> [options]\nexec {shlex.join(line)} \"$@\"\n")

@@ -162,11 +162,20 @@ def master_url(cfg: PipelineConfig) -> str:
     return f"spark://{cfg.stack.host}:{cfg.stack.spark_master_port}"
 
 
-def executor_memory(cfg: PipelineConfig, master: str) -> str | None:
-    """The heap of an executor on `master` when it is the stack's own cluster: all its worker offers (a worker
-    runs one executor an application). Spark's default, 1 GiB, left half of it unused, and those executors spent
-    more CPU collecting and compiling (docs/benchmarks.md, the cluster). Another cluster's is its owner's to size."""
-    return cfg.stack.spark_worker_memory if master == master_url(cfg) else None
+# An executor runs batch tasks only, where a throughput collector costs them less: the changelog's task threads
+# spent 8.8-9.1 CPU-s a million events with G1 in a 2 GiB heap (1 MiB regions), 8.5-8.6 with 2 MiB regions, 7.9-8.0
+# with the parallel collector, against 7.2-8.3 in a local driver's 4 GiB G1 heap (docs/benchmarks.md, the cluster).
+EXECUTOR_JAVA_OPTIONS = "-XX:+UseParallelGC"
+
+
+def executor_options(cfg: PipelineConfig, master: str) -> list[str]:
+    """spark-submit's options for the executors on `master` when it is the stack's own cluster: all the memory a
+    worker offers (it runs one executor an application; Spark's default, 1 GiB, left half of it unused) and
+    `EXECUTOR_JAVA_OPTIONS` (docs/benchmarks.md, the cluster). Another cluster's are its owner's to set."""
+    if master != master_url(cfg):
+        return []
+    return ["--executor-memory", cfg.stack.spark_worker_memory,
+            "--conf", f"spark.executor.extraJavaOptions={EXECUTOR_JAVA_OPTIONS}"]
 
 
 def cluster_services(cfg: PipelineConfig) -> list[Service]:

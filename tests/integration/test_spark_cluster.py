@@ -34,7 +34,7 @@ from pipeline.runtime import class_data, jvm
 from pipeline.runtime.package import CLUSTER_DRIVER_JAVA_OPTIONS
 from pipeline.stack import Stack
 from pipeline.sources.kinesis.shard_reader import shards_read
-from pipeline.stack.spark_cluster import SparkMaster, SparkWorker
+from pipeline.stack.spark_cluster import EXECUTOR_JAVA_OPTIONS, SparkMaster, SparkWorker
 from simulators.kinesis import KinesisTransport
 from simulators.s3_files import S3FileTransport
 from simulators.simulation import Simulation, SimulationOptions, Summary
@@ -197,15 +197,15 @@ class Submission:
 
     def __init__(self, line: list[str], *args: str) -> None:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"}
-        line = [*line, *args]
+        executors = f"spark.executor.extraJavaOptions={SHORT_LIVED} {EXECUTOR_JAVA_OPTIONS}"  # the line's, + C1
+        line = [executors if arg.startswith("spark.executor.extraJavaOptions=") else arg for arg in (*line, *args)]
         line[line.index("--driver-java-options") + 1] = SHORT_LIVED  # the line's C1 alone, with the archive
         self.log = TEST_HOME / "logs" / f"submit-{uuid.uuid4().hex[:8]}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
             class_path = (["--driver-class-path", LOCAL_CLASS_PATH, "--conf",
                            f"spark.executor.extraClassPath={LOCAL_CLASS_PATH}"] if LOCAL_CLASS_PATH else [])
-            self.proc = subprocess.Popen([line[0], "--conf", f"spark.executor.extraJavaOptions={SHORT_LIVED}",
-                                          *class_path, *line[1:]],
+            self.proc = subprocess.Popen([line[0], "--conf", executors, *class_path, *line[1:]],
                                          cwd=TEST_HOME, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
                                          start_new_session=True)
 
@@ -324,11 +324,13 @@ def test_the_package_holds_the_code_every_jar_and_the_stages_submit_lines(lake: 
             "hadoop-aws-3.4.2.jar"} <= jars and any(jar.startswith("cdc-spark") for jar in jars)
     assert all((lake.package / "jars" / jar).is_file() for jar in jars)
     assert "pyiceberg[glue,hive,pyarrow,sql-sqlite]==0.12.0" in (lake.package / "requirements.txt").read_text()
-    stack = make_config(CLUSTER).stack
-    assert all(line[1:3] == ["--master", f"spark://127.0.0.1:{stack.spark_master_port}"] for line in lake.lines.values())
-    assert all(line[3:5] == ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS] for line in lake.lines.values())
-    # the stack's workers run one executor an application, which takes all the worker offers
-    assert all(line[5:7] == ["--executor-memory", stack.spark_worker_memory] for line in lake.lines.values())
+    stack, lines = make_config(CLUSTER).stack, list(lake.lines.values())
+    assert all(line[1:3] == ["--master", f"spark://127.0.0.1:{stack.spark_master_port}"] for line in lines)
+    assert all(line[3:5] == ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS] for line in lines)
+    # the stack's workers run one executor an application, which takes all the worker offers, in a throughput GC
+    executors = ["--executor-memory", stack.spark_worker_memory, "--conf",
+                 f"spark.executor.extraJavaOptions={EXECUTOR_JAVA_OPTIONS}"]
+    assert all(line[5:9] == executors for line in lines)
     assert not any("secret_access_key" in arg for line in lake.lines.values() for arg in line)
 
 
@@ -343,7 +345,9 @@ def test_the_stages_ran_their_tasks_in_executors_on_the_workers(lake: Lake, clus
             logs = list((workers[name].folder / "work" / app).glob("*/stderr"))
             assert logs, f"{stage}: no executor of {app} on {name}"
             assert any("Finished task" in log.read_text(errors="replace") for log in logs), (stage, name)
-            assert all(heap in log.read_text(errors="replace") for log in logs), (heap, stage, name)
+            commands = [log.read_text(errors="replace").partition("=" * 40)[0] for log in logs]  # each JVM's line
+            gc = f'"{EXECUTOR_JAVA_OPTIONS}"'
+            assert all(heap in command and gc in command for command in commands), (stage, name)
 
 
 def test_the_mirrors_equal_the_source_and_nothing_was_written_to_a_local_disk(lake: Lake, cfg: PipelineConfig,

@@ -15,7 +15,8 @@ from pipeline.config.settings import ConfigError, load_config
 from pipeline.runtime import package
 from pipeline.runtime.cluster import ClusterError, check_before_start, is_local
 from pipeline.stack.services import all_services
-from pipeline.stack.spark_cluster import DAEMON_HEAP, SparkMaster, SparkWorker, executor_memory, master_url
+from pipeline.stack.spark_cluster import (DAEMON_HEAP, EXECUTOR_JAVA_OPTIONS, SparkMaster, SparkWorker,
+                                          executor_options, master_url)
 from tests.conftest import free_port
 
 S3 = ["catalog.type=glue", "catalog.warehouse=s3://lake/warehouse", "changelog.checkpoint=s3a://lake/checkpoints"]
@@ -122,8 +123,9 @@ def test_a_submission_carries_the_settings_but_no_secret_and_lets_spark_submit_d
     assert line[3:5] == ["--driver-java-options", package.CLUSTER_DRIVER_JAVA_OPTIONS]  # a driver that runs no task
     assert "--driver-java-options" not in built.submit("local[2]", "mirror")  # one that runs them all
     assert "--executor-memory" not in line  # Spark's default, unless told
-    assert built.submit("spark://m:7077", "mirror", executor_memory="3g")[5:7] == ["--executor-memory", "3g"]
-    assert "--executor-memory" not in built.submit("local[2]", "mirror", executor_memory="3g")  # no executors
+    assert built.submit("spark://m:7077", "mirror", executors=["--executor-memory", "3g"])[5:7] == [
+        "--executor-memory", "3g"]
+    assert "--executor-memory" not in built.submit("local[2]", "mirror", executors=["--executor-memory", "3g"])
     assert line[line.index("--jars") + 1] == f"{tmp_path / 'a.jar'},{tmp_path / 'b.jar'}"
     assert line[line.index("--py-files") + 1] == str(tmp_path / "pipeline.zip")
     assert "spark.pyspark.python=/opt/venv/bin/python" in line
@@ -135,8 +137,9 @@ def test_a_submission_carries_the_settings_but_no_secret_and_lets_spark_submit_d
 def test_the_stacks_cluster_gives_each_executor_all_its_worker_offers_and_another_cluster_its_own_sizing(
         tmp_path: Path) -> None:
     cfg = load_config(overrides=[f"home={tmp_path}", "stack.spark_worker_memory=3g"], environ={})
-    assert executor_memory(cfg, master_url(cfg)) == "3g"
-    assert executor_memory(cfg, "spark://emr-primary:7077") is None
+    assert executor_options(cfg, master_url(cfg)) == [
+        "--executor-memory", "3g", "--conf", f"spark.executor.extraJavaOptions={EXECUTOR_JAVA_OPTIONS}"]
+    assert executor_options(cfg, "spark://emr-primary:7077") == []
 
 
 def test_a_packed_environment_gives_the_executors_its_python_and_the_driver_this_one(tmp_path: Path) -> None:
