@@ -51,8 +51,8 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
     merge layout's rule (a delete's own values stand); else the pending layout's (a soft delete keeps the last
     values). `spread`: what the changes are shuffled and first sorted by, functions of the key (the mirror's key
     buckets, so each bucket's rows are written by one task, one bucket after another); none: by the key.
-    `spread_values`: how many values one `spread` column takes (its buckets): each goes to a task of its own
-    (`one_task_a_value`)."""
+    `spread_values`: when `spread` is one column, how many values it takes (its buckets): each goes to a task of
+    its own (`one_task_a_value`)."""
     from pyspark.sql import DataFrame
 
     rows = prepared(changes)
@@ -60,7 +60,7 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
     unchanged = f"coalesce({UNCHANGED}, {none})" if UNCHANGED in rows.columns else none
     rows = rows.selectExpr(*[quote(c) for c in rows.columns if c != UNCHANGED], f"{unchanged} AS {UNCHANGED}")
     by_key = [column(k) for k in keys]
-    if len(spread) == 1 and spread_values:
+    if spread_values:
         shuffled = rows.repartition(spread_values, one_task_a_value(spread[0], spread_values))
     else:
         shuffled = rows.repartition(*(spread or by_key))

@@ -79,9 +79,9 @@ class Package:
             conf = ["--conf", f"spark.pyspark.python={python}"] if python else []
         options = [*(["--config", str(config)] if config else []),
                    *[arg for setting in (*SUBMITTED, *settings) for arg in ("--set", setting)]]
-        driver = [] if master.startswith("local") else ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS]
-        sized = [] if master.startswith("local") else list(executors)
-        return [str(spark_submit), "--master", master, *driver, *sized, "--jars",
+        cluster = [] if master.startswith("local") else ["--driver-java-options", CLUSTER_DRIVER_JAVA_OPTIONS,
+                                                         *executors]
+        return [str(spark_submit), "--master", master, *cluster, "--jars",
                 ",".join(str(jar) for jar in self.jars), "--py-files", str(self.code), *conf, str(self.entry), *options,
                 stage]
 

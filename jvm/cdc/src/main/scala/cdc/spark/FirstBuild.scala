@@ -60,15 +60,13 @@ object FirstBuild {
     private def advance(): InternalRow = {
       while (changes.hasNext) {
         val first = changes.next().copy()
-        val row = if (changes.hasNext && rules.sameKey(first, changes.head)) {
-          val ordered = mutable.ArrayBuffer(first)
-          while (changes.hasNext && rules.sameKey(first, changes.head)) ordered += changes.next().copy()
-          read.add(ordered.size)
-          resolved(ordered.toIndexedSeq)
-        } else {
-          read.add(1)
-          alone(first)
+        var ordered: mutable.ArrayBuffer[InternalRow] = null  // made for a key with more than one change only
+        while (changes.hasNext && rules.sameKey(first, changes.head)) {
+          if (ordered == null) ordered = mutable.ArrayBuffer(first)
+          ordered += changes.next().copy()
         }
+        read.add(if (ordered == null) 1 else ordered.size)
+        val row = if (ordered == null) alone(first) else resolved(ordered.toIndexedSeq)
         if (row != null) return row
       }
       null
