@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from cdc.merge import UNCHANGED, Relations
 from cdc.scd2 import (VERSION_COLUMNS, history_sql, replaced_sql, touched_sql, tracked, version_clauses,
-                       versions_sql)
+                       version_rows_sql, versions_of)
 from pipeline.config.settings import PipelineConfig
 from tables.lake import IcebergLakeTable, LakeTable, lake_table, merge_join_conf, session_conf, snapshot_properties
 from tables.names import column, quote
@@ -83,8 +83,8 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
     pending = changes if isinstance(changes, str) else view(changes)
     # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
     stored = view(spark.sql(touched_sql(keys, Relations(table, pending))).localCheckpoint())
-    rebuilt = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns),
-                                     Relations(stored, pending))).localCheckpoint()
+    rows = spark.sql(version_rows_sql(columns, keys, Relations(stored, pending)))
+    rebuilt = versions_of(rows, keys, tracked_columns(cfg, base.name, columns)).localCheckpoint()
     merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
     merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
     count = rebuilt.count()
@@ -102,8 +102,8 @@ def append_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, c
     keys, columns = cfg.mirror.key_columns(base.name), change_columns(base)
     name = f"building_{base.name}_{uuid.uuid4().hex[:8]}"
     changes.createOrReplaceTempView(name)
-    versions = spark.sql(versions_sql(columns, keys, tracked_columns(cfg, base.name, columns),
-                                      Relations(base.ref, quote(name))))
+    rows = spark.sql(version_rows_sql(columns, keys, Relations(base.ref, quote(name))))
+    versions = versions_of(rows, keys, tracked_columns(cfg, base.name, columns))
     with session_conf(spark, snapshot_properties(metadata)):
         versions.writeTo(base.ref).append()
     spark.catalog.dropTempView(name)

@@ -96,16 +96,19 @@ def test_other_failures_are_raised(error: str, failures: int) -> None:
     assert len(spark.ran) == min(failures, 2)
 
 
-def test_an_scd2_rebuild_joins_by_storage_partitions_in_its_merge_alone() -> None:
+def test_an_scd2_rebuild_joins_by_storage_partitions_in_its_merge_alone(monkeypatch) -> None:
     cfg = make_config("mirror.keys.t=id", "mirror.partition_by.t=bucket(4, id)", "lake.format=iceberg")
     fields = [StructField(name, IntegerType() if name == "id" else StringType())
               for name in ("id", "v", "_op", "_is_deleted", "_source_ts", "_seq", "_unchanged", "_valid_from",
                            "_valid_to", "_seq_from", "_seq_to", "_is_current")]
     spark = FakeSpark(fields=fields)
+    # The JVM pass that makes the versions, as a statement run under the session's settings of the moment.
+    monkeypatch.setattr("tables.history.versions_of", lambda rows, keys, tracked: spark.sql("versions"))
     base = IcebergLakeTable(spark, "t", "mirror", cfg)  # type: ignore[arg-type]
     assert write_versions(cfg, spark, base, FakeFrame(), {}) == 3  # type: ignore[arg-type]
     *rebuild, (merge, merge_conf) = spark.ran
-    assert len(rebuild) == 3 and merge.startswith("MERGE INTO")
+    assert [statement for statement, _ in rebuild][2] == "versions"
+    assert len(rebuild) == 4 and merge.startswith("MERGE INTO")
     assert all(key not in conf for _, conf in rebuild for key in STORAGE_PARTITIONED_JOIN)
     assert STORAGE_PARTITIONED_JOIN.items() <= merge_conf.items()
     assert all(key not in spark.conf for key in STORAGE_PARTITIONED_JOIN)  # and off again after it

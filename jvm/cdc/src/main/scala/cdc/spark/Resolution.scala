@@ -1,8 +1,7 @@
 package cdc.spark
 
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Ascending, BoundReference, InterpretedOrdering, SortOrder,
-  UnsafeProjection, UnsafeRow}
+import org.apache.spark.sql.catalyst.expressions.{BoundReference, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.types.{StringType, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
@@ -24,7 +23,7 @@ final class Resolution(changes: StructType, keys: Seq[String], tombstone: Seq[St
 
   private val names: Array[String] = changes.fieldNames
   private val at: Map[String, Int] = names.zipWithIndex.toMap
-  private val keyAt: Array[Int] = keys.map(at).toArray
+  private val byKey = new KeyOrder(changes, keys)
   private val seq: Int = at("_seq")
   private val seqType: StructType = changes(seq).dataType.asInstanceOf[StructType]
   private val major: Int = seqType.fieldIndex("source_major")
@@ -38,26 +37,14 @@ final class Resolution(changes: StructType, keys: Seq[String], tombstone: Seq[St
   private val content: Array[Int] =
     names.indices.filter(i => !isPipelineColumn(names(i)) || names(i) == "_op" || names(i) == "_is_deleted").toArray
 
-  @transient private lazy val keyOf = UnsafeProjection.create(keyAt.map(bound).toSeq)
-  @transient private lazy val otherKeyOf = UnsafeProjection.create(keyAt.map(bound).toSeq)
   @transient private lazy val contentOf = UnsafeProjection.create(content.map(bound).toSeq)
-  @transient private lazy val seqOrder = new InterpretedOrdering(seqType.fields.indices.map(i =>
-    SortOrder(BoundReference(i, seqType(i).dataType, nullable = true), Ascending)))
 
-  /** A change's key, in a buffer the next call reuses. */
-  def key(change: InternalRow): UnsafeRow = keyOf(change)
-
-  /** Whether changes `a` and `b` have one key (as `key` compares them, byte for byte), with no copy of either. */
-  def sameKey(a: InternalRow, b: InternalRow): Boolean = keyOf(a) == otherKeyOf(b)
-
-  /** Changes `a` and `b` in `_seq` order. */
-  def order(a: InternalRow, b: InternalRow): Int =
-    seqOrder.compare(a.getStruct(seq, seqType.size), b.getStruct(seq, seqType.size))
+  def key(change: InternalRow): UnsafeRow = byKey.key(change)
+  def sameKey(a: InternalRow, b: InternalRow): Boolean = byKey.sameKey(a, b)
+  def order(a: InternalRow, b: InternalRow): Int = byKey.order(a, b)
+  def keyIsNull(change: InternalRow): Boolean = byKey.keyIsNull(change)
 
   def isTruncate(change: InternalRow): Boolean = !change.isNullAt(op) && change.getUTF8String(op) == Truncate
-
-  /** A change without a key, or part of one (a truncate names none). */
-  def keyIsNull(change: InternalRow): Boolean = keyAt.exists(change.isNullAt)
 
   /** A change without a source position (`_seq.source_major`). */
   def positionIsNull(change: InternalRow): Boolean =
