@@ -18,7 +18,8 @@ data engineer lays out a large mirror served by key (`--partition-by`, '' for no
 changelog is synthesised in Spark in a throw-away folder. Usage:
 bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--warmup 200000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
 The SCD2 mirror of the same changelog (`mirror.scd_type = 2`) is built and merged into too, and its line
-(`scd2: 100k into 10M in <s> s, <x>x the append, growth <x> (uniform); fold <s> s, growth <x>`) comes before the
+(`scd2: 100k into 10M in <s> s, <x>x the append, growth <x> (uniform); fold <s> s = <x>x the rebuild, growth <x>`,
+the rebuild the current-state one's) comes before the
 summary. Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
 <x> (skewed), first build <x>x the rebuild, fold <x>x the rebuild (10M), growth <x>` (the largest size's; the
 fold's growth from the smallest size).
@@ -233,7 +234,8 @@ def main() -> None:
     scd2 = large["scd2 merge"]
     print(f"scd2: {short(args.changes)} into {short(sizes[-1])} in {scd2:.1f} s, {scd2 / large['scd2 append']:.1f}x the "
           f"append, growth {scd2 / small['scd2 merge']:.2f} (uniform)" + (
-              f"; fold {large['scd2 fold']:.1f} s, growth {large['scd2 fold'] / small['scd2 fold']:.2f}"
+              f"; fold {large['scd2 fold']:.1f} s = {large['scd2 fold'] / large['rebuild']:.2f}x the rebuild, "
+              f"growth {large['scd2 fold'] / small['scd2 fold']:.2f}"
               if "scd2 fold" in large else ""))
     merge = large["merge uniform"]
     print(f"mirror: {short(args.changes)} into {short(sizes[-1])} in {merge:.1f} s, "

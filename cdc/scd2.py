@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # The version columns an SCD2 table adds to a change's columns.
 VERSION_COLUMNS = ("_valid_from", "_valid_to", "_seq_from", "_seq_to", "_is_current")
 FROM_BASE = "_from_base"  # 1: a stored version standing for a change, 0: a new change
-DROP = "_drop"  # in a version merge: a stored version the rebuild no longer has
+DROP = "_drop"  # in a version merge: the row that deletes a key's stored versions
 
 
 def is_history(columns: Iterable[str]) -> bool:
@@ -146,29 +146,34 @@ def history_sql(columns: list[str], keys: list[str], tracked_columns: list[str],
     return f"{untouched} UNION ALL SELECT {listed} FROM ({versions_sql(columns, keys, tracked_columns, on)}) r"
 
 
-def touched_sql(keys: list[str], on: Relations) -> str:
-    """The stored versions (`on.table`) of the keys the new changes (`on.pending`) name: all a rebuild reads."""
+def touched_sql(columns: list[str], keys: list[str], on: Relations) -> str:
+    """The stored versions (`on.table`) of the keys the new changes (`on.pending`) name: what a rebuild reads of
+    them (`version_rows_sql`), their `columns`, `_unchanged`, `_seq_from` and `_valid_from`, not the version
+    columns the rebuild makes anew: Iceberg reads a table with struct columns row by row, each column costs."""
     match = _same_key(keys)
-    return f"SELECT * FROM {on.table} b WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
+    listed = ", ".join(quote(c) for c in (*columns, UNCHANGED, "_seq_from", "_valid_from"))
+    return f"SELECT {listed} FROM {on.table} b WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
 
 
 def replaced_sql(columns: list[str], keys: list[str], on: Relations) -> str:
-    """What a merge of rebuilt versions (`on.rebuilt`) writes (over `on.table` and `on.pending`): every rebuilt
-    version, and each stored version of those keys the rebuild no longer has (`_drop`: a version a late change
-    moved)."""
-    match = _same_key(keys)
-    same = " AND ".join([*(f"r.{quote(k)} = b.{quote(k)}" for k in keys), "r._seq_from = b._seq_from"])
+    """What a merge of rebuilt versions (`on.rebuilt`) writes (over `on.table`, the stored versions of the keys
+    rebuilt): every rebuilt version, and one row for each key with stored versions (`_drop`), which deletes them
+    all. The MERGE then matches on the key alone: a stored version's other columns are never read."""
     listed = ", ".join(quote(c) for c in (*columns, UNCHANGED, *VERSION_COLUMNS))
-    gone = (f"SELECT {listed}, true AS {DROP} FROM {on.table} b WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE "
-            f"{match}) AND NOT EXISTS (SELECT 1 FROM ({on.rebuilt}) r WHERE {same})")
-    return f"SELECT {listed}, false AS {DROP} FROM ({on.rebuilt}) x UNION ALL {gone}"
+    emptied = ", ".join(quote(c) if c in keys else f"NULL AS {quote(c)}"
+                        for c in (*columns, UNCHANGED, *VERSION_COLUMNS))
+    key_list = ", ".join(quote(k) for k in keys)
+    return (f"SELECT {listed}, false AS {DROP} FROM ({on.rebuilt}) x UNION ALL "
+            f"SELECT {emptied}, true AS {DROP} FROM (SELECT DISTINCT {key_list} FROM {on.table}) b")
 
 
 def version_clauses(columns: list[str], keys: list[str]) -> MergeClauses:
-    """The MERGE of `replaced_sql`'s rows into stored versions, matched by key and `_seq_from`."""
+    """The MERGE of `replaced_sql`'s rows into stored versions: a key's `_drop` row deletes its stored versions,
+    its rebuilt versions (which never match) are inserted. Why by the key alone: the rebuilt versions are all of
+    the key's, and a match on the key reads one column of the table, vectorized, where matching `_seq_from` too
+    read it (a struct) row by row; the writes are the same, each stored version of a rebuilt key replaced."""
     every = {quote(c): f"s.{quote(c)}" for c in columns}
-    on = f"{matched_on(keys)} AND t._seq_from = s._seq_from"
-    return MergeClauses(on=on, matched=(Clause("delete", f"s.{DROP}", {}), Clause("update", None, every)),
+    return MergeClauses(on=f"{matched_on(keys)} AND s.{DROP}", matched=(Clause("delete", None, {}),),
                         not_matched=(Clause("insert", f"NOT s.{DROP}", every),))
 
 

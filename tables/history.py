@@ -82,7 +82,7 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
     table = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
     pending = changes if isinstance(changes, str) else view(changes)
     # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
-    stored = view(spark.sql(touched_sql(keys, Relations(table, pending))).localCheckpoint())
+    stored = view(spark.sql(touched_sql(columns, keys, Relations(table, pending))).localCheckpoint())
     rows = spark.sql(version_rows_sql(columns, keys, Relations(stored, pending)))
     rebuilt = versions_of(rows, keys, tracked_columns(cfg, base.name, columns)).localCheckpoint()
     merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
