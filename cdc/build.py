@@ -35,10 +35,10 @@ MASK = 0xFFFFFFFF  # 32-bit arithmetic, as Java's int
 
 @dataclass(frozen=True)
 class Built:
-    """A first build's rows, and what counts the changes they were made from once they are written."""
+    """A pass's rows, and what counts the changes they were made from once they are written."""
 
     rows: DataFrame
-    made: Any  # the py4j cdc.spark.FirstBuild
+    made: Any  # the py4j cdc.spark.FirstBuild or cdc.spark.Versions
 
     def changes_read(self) -> int:
         return int(self.made.read().value())
@@ -59,15 +59,22 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
     none = "CAST(array() AS array<string>)"
     unchanged = f"coalesce({UNCHANGED}, {none})" if UNCHANGED in rows.columns else none
     rows = rows.selectExpr(*[quote(c) for c in rows.columns if c != UNCHANGED], f"{unchanged} AS {UNCHANGED}")
+    ordered = in_key_order(rows, keys, ["_seq"], spread=spread, spread_values=spread_values)
+    made = java_class(rows.sparkSession, "cdc.spark.FirstBuild")(
+        ordered._jdf, keys, list(TOMBSTONE), deletes_know_values, CHECK_FAILED)
+    return Built(DataFrame(made.rows(), rows.sparkSession), made)
+
+
+def in_key_order(rows: DataFrame, keys: list[str], then: list[str | Column], *, spread: list[Column],
+                 spread_values: int = 0) -> DataFrame:
+    """`rows` with each key's in one task, sorted by `spread`, the key, then `then`: what a pass over each key's
+    rows in order (jvm/cdc `FirstBuild`, `Versions`) reads. `spread` and `spread_values` as `built` takes them."""
     by_key = [column(k) for k in keys]
     if spread_values:
         shuffled = rows.repartition(spread_values, one_task_a_value(spread[0], spread_values))
     else:
         shuffled = rows.repartition(*(spread or by_key))
-    ordered = shuffled.sortWithinPartitions(*spread, *by_key, "_seq")
-    made = java_class(rows.sparkSession, "cdc.spark.FirstBuild")(
-        ordered._jdf, keys, list(TOMBSTONE), deletes_know_values, CHECK_FAILED)
-    return Built(DataFrame(made.rows(), rows.sparkSession), made)
+    return shuffled.sortWithinPartitions(*spread, *by_key, *then)
 
 
 def one_task_a_value(value: Column, count: int) -> Column:

@@ -26,6 +26,7 @@ import functools
 import operator
 from typing import TYPE_CHECKING, Iterable
 
+from cdc.build import Built, in_key_order
 from cdc.merge import TRUNCATE, UNCHANGED, Clause, MergeClauses, Relations, data_columns, matched_on
 from tables.lake import java_class
 from tables.names import column, quote, sql_string
@@ -73,16 +74,20 @@ def version_rows_sql(columns: list[str], keys: list[str], on: Relations) -> str:
             f"UNION ALL SELECT {listed}, {UNCHANGED}, 0 AS {FROM_BASE} FROM {on.pending}")
 
 
-def versions_of(rows: DataFrame, keys: list[str], tracked_columns: list[str]) -> DataFrame:
-    """`versions_sql`'s rows, made in one pass over each key's `version_rows_sql` rows (`rows`) in the JVM
-    (jvm/cdc `Versions`): one shuffle by key and a sort, instead of the SQL's windows and aggregation."""
-    from pyspark.sql import DataFrame
+def versions_of(rows: DataFrame, keys: list[str], tracked_columns: list[str], *, failure: str | None = None,
+                spread: list[Column] | None = None, spread_values: int = 0) -> Built:
+    """`versions_sql`'s rows (and what counts the changes they came from), made in one pass over each key's
+    `version_rows_sql` rows (`rows`) in the JVM: one shuffle and a sort, instead of the SQL's windows and
+    aggregation. `failure`: a first build's (the pass checks the changes, `cdc/build.py`'s way); `spread` and
+    `spread_values`: what the rows are shuffled by, as `cdc.build.built` takes them (none: by the key)."""
     from pyspark.sql import functions as F
 
-    ordered = rows.repartition(*[column(k) for k in keys]).sortWithinPartitions(
-        *[column(k) for k in keys], "_seq", F.col(FROM_BASE).desc())
-    made = java_class(rows.sparkSession, "cdc.spark.Versions")(ordered._jdf, keys, tracked_columns)
-    return DataFrame(made.rows(), rows.sparkSession)
+    ordered = in_key_order(rows, keys, ["_seq", F.col(FROM_BASE).desc()], spread=spread or [],
+                           spread_values=spread_values)
+    from pyspark.sql import DataFrame
+
+    made = java_class(rows.sparkSession, "cdc.spark.Versions")(ordered._jdf, keys, tracked_columns, failure)
+    return Built(DataFrame(made.rows(), rows.sparkSession), made)
 
 
 def versions_sql(columns: list[str], keys: list[str], tracked_columns: list[str], on: Relations) -> str:

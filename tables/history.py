@@ -84,7 +84,7 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
     # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
     stored = view(spark.sql(touched_sql(columns, keys, Relations(table, pending))).localCheckpoint())
     rows = spark.sql(version_rows_sql(columns, keys, Relations(stored, pending)))
-    rebuilt = versions_of(rows, keys, tracked_columns(cfg, base.name, columns)).localCheckpoint()
+    rebuilt = versions_of(rows, keys, tracked_columns(cfg, base.name, columns)).rows.localCheckpoint()
     merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
     merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
     count = rebuilt.count()
@@ -103,7 +103,7 @@ def append_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, c
     name = f"building_{base.name}_{uuid.uuid4().hex[:8]}"
     changes.createOrReplaceTempView(name)
     rows = spark.sql(version_rows_sql(columns, keys, Relations(base.ref, quote(name))))
-    versions = versions_of(rows, keys, tracked_columns(cfg, base.name, columns))
+    versions = versions_of(rows, keys, tracked_columns(cfg, base.name, columns)).rows
     with session_conf(spark, snapshot_properties(metadata)):
         versions.writeTo(base.ref).append()
     spark.catalog.dropTempView(name)

@@ -5,8 +5,9 @@ Its parameters are AUTO CDC's (`create_auto_cdc_flow`), and it is the mirror sta
 (`sequence_by="_seq"`, `apply_as_deletes="_is_deleted"`). The changes are first made canonical (`_seq`,
 `_is_deleted`, `_op`, `_source_ts`, `_unchanged`, as the changelog has them), checked (`cdc/validate.py`: nothing
 is written when a check fails), then applied as the table's layout and SCD type say: MERGEd (`cdc/merge.py`),
-appended to the pending table (`tables/pending.py`), or rebuilt into versions (`tables/history.py`). An empty
-Iceberg current-state table is built in one pass instead (`tables/first_build.py`, which checks as it writes).
+appended to the pending table (`tables/pending.py`), or rebuilt into versions (`tables/history.py`). A new
+Iceberg table (a current-state one also when empty; an SCD2 one when its changes hold no truncate) is built in one
+pass instead (`tables/first_build.py`, which checks as it writes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from cdc.validate import ChangeError, check_changes, check_columns, check_key_ty
 from pipeline.config.settings import LakeSettings, MirrorSettings, PipelineConfig
 from tables.history import append_versions, with_versions, write_versions
 from tables.append import append_together, fits, iceberg_table, planned, spark_schema
-from tables.first_build import first_build, is_first_build
+from tables.first_build import first_build, first_history_build, is_first_build
 from tables.lake import (IcebergLakeTable, LakeTable, empty_frame, java_class, lake_table, merge_join_conf,
                          session_conf)
 from tables.names import quote, sql_string
@@ -194,6 +195,10 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
     if isinstance(target, IcebergLakeTable) and not history and (building or is_first_build(target, pending)):
         read, written = first_build(cfg, spark, target, changes, keys, sequence_by, metadata)
         return Applied(read, written, True)
+    if isinstance(target, IcebergLakeTable) and history and building:
+        made = first_history_build(cfg, spark, target, changes, keys, sequence_by, metadata)
+        if made is not None:  # else it holds a truncate: the path below makes its deletes
+            return Applied(*made, True)
     # One pass over the new rows, materialised once for the checks, the count and the write (a lost executor
     # fails the run, and a re-run is safe).
     rows = prepared(changes).localCheckpoint()

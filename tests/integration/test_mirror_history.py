@@ -153,6 +153,32 @@ def test_bad_input_stops_an_scd2_run_before_anything_is_written(cfg: PipelineCon
     assert watermark(mirror, pending_table(cfg, spark, name)) == before
 
 
+def test_a_first_build_checks_the_changes_in_its_pass_and_writes_nothing_when_one_fails(cfg: PipelineConfig,
+                                                                                        spark) -> None:
+    """An SCD2 mirror's first build (`first_history_build`) checks as it writes: a change without a source time,
+    or two different changes of a key at one `_seq`, stops it with the check's message and leaves no table; the
+    changes without them then build the model's versions, with the keys counted."""
+    good = [_change(1, 1, "c", {"name": "a", "city": "A", "notes": "x"}),
+            _change(1, 2, "u", {"name": "b", "city": "B", "notes": "y"}),
+            _change(2, 3, "c", {"name": "c", "city": "A", "notes": "z"}),
+            _change(2, 4, "d", {"name": None, "city": None, "notes": None})]
+    untimed = {**_change(3, 5, "c", {"name": "d", "city": "A", "notes": "w"}), "_source_ts": None}
+    tied = [_change(4, 6, "c", {"name": "e", "city": "A", "notes": "v"}),
+            _change(4, 6, "c", {"name": "f", "city": "A", "notes": "v"})]
+    for bad, message in ((untimed,), r"1 change\(s\) without a source time"), (tied, r"1 key\(s\) have different"):
+        failing, name, appender = _setup(cfg, spark)
+        _land(spark, appender, name, [*good, *bad], 0)
+        with pytest.raises(MirrorError, match=rf"{name}: {message}"):
+            MirrorStage(failing, spark).merge_table(name)
+        assert not lake_table(failing, spark, failing.mirror.namespace, name).exists()
+    cfg, name, appender = _setup(cfg, spark)
+    _land(spark, appender, name, good, 0)
+    report = MirrorStage(cfg, spark).merge_table(name)
+    assert (report.changes, report.merged) == (4, 2)
+    assert _state(lake_table(cfg, spark, cfg.mirror.namespace, name).read()) == _versions(good, TABLE_COLUMNS[1:])
+    assert spark.table(pending_table(cfg, spark, name).ref).count() == 0
+
+
 @pytest.mark.parametrize("tracked", [TABLE_COLUMNS[1:], ("city",)])
 def test_the_versions_pass_gives_the_rows_of_the_versions_sql(spark, tracked: tuple[str, ...]) -> None:
     """jvm/cdc `Versions` (what the writes use) against `versions_sql` (the definition, which the views read):
@@ -174,7 +200,7 @@ def test_the_versions_pass_gives_the_rows_of_the_versions_sql(spark, tracked: tu
 
     def both(on: Relations):
         by_sql = spark.sql(versions_sql(columns, keys, list(tracked), on))
-        by_pass = versions_of(spark.sql(version_rows_sql(columns, keys, on)), keys, list(tracked))
+        by_pass = versions_of(spark.sql(version_rows_sql(columns, keys, on)), keys, list(tracked)).rows
         return _rows(by_sql), _rows(by_pass)
 
     empty = view("empty", with_versions(changes).limit(0))

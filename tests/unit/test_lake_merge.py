@@ -103,7 +103,8 @@ def test_an_scd2_rebuild_joins_by_storage_partitions_in_its_merge_alone(monkeypa
                            "_valid_to", "_seq_from", "_seq_to", "_is_current")]
     spark = FakeSpark(fields=fields)
     # The JVM pass that makes the versions, as a statement run under the session's settings of the moment.
-    monkeypatch.setattr("tables.history.versions_of", lambda rows, keys, tracked: spark.sql("versions"))
+    monkeypatch.setattr("tables.history.versions_of",
+                        lambda rows, keys, tracked: type("Made", (), {"rows": spark.sql("versions")}))
     base = IcebergLakeTable(spark, "t", "mirror", cfg)  # type: ignore[arg-type]
     assert write_versions(cfg, spark, base, FakeFrame(), {}) == 3  # type: ignore[arg-type]
     *rebuild, (merge, merge_conf) = spark.ran

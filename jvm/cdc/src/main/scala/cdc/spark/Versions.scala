@@ -13,6 +13,7 @@ import org.apache.spark.sql.classic.Dataset
 import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.types.{ArrayType, BooleanType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
+import org.apache.spark.util.LongAccumulator
 
 import Resolution.{isPipelineColumn, Unchanged}
 
@@ -22,14 +23,22 @@ import Resolution.{isPipelineColumn, Unchanged}
  *  stored before new (the caller's shuffle and sort). The rows: `sorted`'s change columns, `_unchanged`, then the
  *  version columns; `tracked`: the columns whose change opens a version.
  *
+ *  With a `failure` (a first build's: no check ran before it), a change that fails a check of an SCD2 table (a
+ *  null key, `_seq.source_major` or `_source_ts`, two different changes of a key at one `_seq`) fails the task
+ *  with it, so nothing is committed; null: the changes were checked. `read` counts the changes read.
+ *
  *  Why not `versions_sql`: its windows and aggregation are five passes over the rows, each copying every column,
  *  the largest part of an SCD2 fold after the reads (docs/benchmarks.md). Here a row costs a copy, its values
  *  carried from the rows before it, and a comparison of its tracked values with the row before it. The SQL stays
  *  the definition (the views of a pending mirror read it); a test holds the two to the same rows. */
-final class Versions(sorted: Dataset[Row], keys: java.util.List[String], tracked: java.util.List[String]) {
+final class Versions(sorted: Dataset[Row], keys: java.util.List[String], tracked: java.util.List[String],
+                     failure: String) {
+  val read: LongAccumulator = sorted.sparkSession.sparkContext.longAccumulator("versions: changes read")
+
   val rows: Dataset[Row] = {
-    val rules = new Versions.Rules(sorted.schema, keys.asScala.toSeq, tracked.asScala.toSeq)  // what tasks take
-    val made = sorted.queryExecution.toRdd.mapPartitions(rows => rules.versions(rows.buffered))
+    val rules = new Versions.Rules(sorted.schema, keys.asScala.toSeq, tracked.asScala.toSeq, Option(failure))
+    val read = this.read  // the locals are what the tasks take
+    val made = sorted.queryExecution.toRdd.mapPartitions(rows => rules.versions(rows.buffered, read))
     val session = sorted.sparkSession
     new Dataset[Row](session, LogicalRDD(DataTypeUtils.toAttributes(rules.schema), made)(session),
       Encoders.row(rules.schema))
@@ -48,7 +57,8 @@ object Versions {
     val knew: Array[Boolean] = new Array[Boolean](data)
   }
 
-  private final class Rules(input: StructType, keys: Seq[String], tracked: Seq[String]) extends Serializable {
+  private final class Rules(input: StructType, keys: Seq[String], tracked: Seq[String], failure: Option[String])
+      extends Serializable {
     private val names = input.fieldNames
     /** The change columns, in order: all but `_unchanged` and `_from_base`; a row's values are in this order. */
     private val columns: Array[Int] = names.indices.filterNot(i => names(i) == Unchanged || names(i) == FromBase).toArray
@@ -63,6 +73,7 @@ object Versions {
     private val deletedAt: Option[Int] = position.get("_deleted_at")
     private val unchanged = names.indexOf(Unchanged)
     private val byKey = new KeyOrder(input, keys)
+    private val checks = new Resolution(input, keys, Nil, deletesKnowValues = false)  // for its checks alone
 
     val schema: StructType = {
       val (time, order) = (input("_source_ts").dataType, input("_seq").dataType)
@@ -76,18 +87,22 @@ object Versions {
       new InterpretedOrdering(types.indices.map(i => SortOrder(BoundReference(i, types(i), nullable = true), Ascending)))
     }
 
-    def versions(rows: BufferedIterator[InternalRow]): Iterator[InternalRow] =
-      Iterator.continually(if (rows.hasNext) ofKey(rows) else null).takeWhile(_ != null).flatten
+    def versions(rows: BufferedIterator[InternalRow], read: LongAccumulator): Iterator[InternalRow] =
+      Iterator.continually(if (rows.hasNext) ofKey(rows, read) else null).takeWhile(_ != null).flatten
 
     /** The versions of the next key's rows. Each row is copied: its values outlive the next row's read. */
-    private def ofKey(rows: BufferedIterator[InternalRow]): Seq[InternalRow] = {
+    private def ofKey(rows: BufferedIterator[InternalRow], read: LongAccumulator): Seq[InternalRow] = {
       val known = new Array[Any](data.length)  // each source column's newest known value, while `isKnown`
       val isKnown = new Array[Boolean](data.length)
       val made = mutable.ArrayBuffer[Version]()
       var before: InternalRow = null  // the previous row's signature
+      val held = mutable.ArrayBuffer[InternalRow]()  // kept for the checks alone
+      var count = 0L
       var more = true
       while (more) {
         val row = rows.next().copy()
+        if (failure.isDefined) held += row
+        count += 1
         val values = columns.map(i => row.get(i, input(i).dataType))
         val knows = knowsOf(row, values)
         for (d <- data.indices) {
@@ -105,8 +120,14 @@ object Versions {
         for (d <- data.indices if knows(d)) version.knew(d) = true
         more = rows.hasNext && byKey.sameKey(row, rows.head)
       }
+      for (message <- failure if held.exists(failsCheck) || checks.tied(held.toIndexedSeq))
+        throw new IllegalStateException(message)
+      read.add(count)
       made.indices.map(v => written(made(v), made.lift(v + 1)))
     }
+
+    private def failsCheck(row: InternalRow): Boolean =
+      checks.unusable(row) || row.isNullAt(columns(sourceTs))
 
     /** Which source columns a row knows: all but a delete's, and but its TOAST placeholders (`_unchanged`). */
     private def knowsOf(row: InternalRow, values: Array[Any]): Array[Boolean] = {
