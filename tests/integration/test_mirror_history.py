@@ -155,9 +155,9 @@ def test_bad_input_stops_an_scd2_run_before_anything_is_written(cfg: PipelineCon
 
 def test_a_first_build_checks_the_changes_in_its_pass_and_writes_nothing_when_one_fails(cfg: PipelineConfig,
                                                                                         spark) -> None:
-    """An SCD2 mirror's first build (`first_history_build`) checks as it writes: a change without a source time,
-    or two different changes of a key at one `_seq`, stops it with the check's message and leaves no table; the
-    changes without them then build the model's versions, with the keys counted."""
+    """An SCD2 mirror's first build (`first_history_build`) checks as it writes: a change without a source time
+    or a position, or two different changes of a key at one `_seq`, stops it with the check's message and leaves
+    no table; the changes without them then build the model's versions, with the keys counted."""
     good = [_change(1, 1, "c", {"name": "a", "city": "A", "notes": "x"}),
             _change(1, 2, "u", {"name": "b", "city": "B", "notes": "y"}),
             _change(2, 3, "c", {"name": "c", "city": "A", "notes": "z"}),
@@ -165,7 +165,9 @@ def test_a_first_build_checks_the_changes_in_its_pass_and_writes_nothing_when_on
     untimed = {**_change(3, 5, "c", {"name": "d", "city": "A", "notes": "w"}), "_source_ts": None}
     tied = [_change(4, 6, "c", {"name": "e", "city": "A", "notes": "v"}),
             _change(4, 6, "c", {"name": "f", "city": "A", "notes": "v"})]
-    for bad, message in ((untimed,), r"1 change\(s\) without a source time"), (tied, r"1 key\(s\) have different"):
+    unordered = {**_change(3, 5, "c", {"name": "d", "city": "A", "notes": "w"}), "_seq": (None, 0, 0, 9)}
+    for bad, message in (((untimed,), r"1 change\(s\) without a source time"), (tied, r"1 key\(s\) have different"),
+                         ((unordered,), r"1 change\(s\) with a null _seq")):
         failing, name, appender = _setup(cfg, spark)
         _land(spark, appender, name, [*good, *bad], 0)
         with pytest.raises(MirrorError, match=rf"{name}: {message}"):

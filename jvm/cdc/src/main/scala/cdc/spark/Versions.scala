@@ -96,12 +96,15 @@ object Versions {
       val isKnown = new Array[Boolean](data.length)
       val made = mutable.ArrayBuffer[Version]()
       var before: InternalRow = null  // the previous row's signature
-      val held = mutable.ArrayBuffer[InternalRow]()  // kept for the checks alone
+      val held = mutable.ArrayBuffer[InternalRow]()  // kept for the tie check alone
       var count = 0L
       var more = true
       while (more) {
         val row = rows.next().copy()
-        if (failure.isDefined) held += row
+        for (message <- failure) {  // before any comparison of its `_seq`
+          if (failsCheck(row)) throw new IllegalStateException(message)
+          held += row
+        }
         count += 1
         val values = columns.map(i => row.get(i, input(i).dataType))
         val knows = knowsOf(row, values)
@@ -120,8 +123,7 @@ object Versions {
         for (d <- data.indices if knows(d)) version.knew(d) = true
         more = rows.hasNext && byKey.sameKey(row, rows.head)
       }
-      for (message <- failure if held.exists(failsCheck) || checks.tied(held.toIndexedSeq))
-        throw new IllegalStateException(message)
+      for (message <- failure if checks.tied(held.toIndexedSeq)) throw new IllegalStateException(message)
       read.add(count)
       made.indices.map(v => written(made(v), made.lift(v + 1)))
     }
