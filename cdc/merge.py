@@ -264,14 +264,12 @@ def data_columns(columns: list[str], keys: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class Relations:
-    """What the overlay and version SQL reads, as SQL text: a mirror's base (`table`), its pending changes
-    (`pending`) and, for a version rebuild's replacement, the rebuilt versions (`rebuilt`); each a quoted name,
-    maybe pinned (`VERSION AS OF n`). The SQL is built around them, never filled in afterwards, so no column
-    name (`a{b}`, `{pending}`) is read as a placeholder."""
+    """What the overlay and version SQL reads, as SQL text: a mirror's base (`table`) and its pending changes
+    (`pending`); each a quoted name, maybe pinned (`VERSION AS OF n`). The SQL is built around them, never filled
+    in afterwards, so no column name (`a{b}`, `{pending}`) is read as a placeholder."""
 
     table: str
     pending: str
-    rebuilt: str = ""
 
 
 def resolved_sql(columns: list[str], keys: list[str], on: Relations) -> str:

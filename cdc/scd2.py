@@ -80,12 +80,11 @@ def versions_of(rows: DataFrame, keys: list[str], tracked_columns: list[str], *,
     `version_rows_sql` rows (`rows`) in the JVM: one shuffle and a sort, instead of the SQL's windows and
     aggregation. `failure`: a first build's (the pass checks the changes, `cdc/build.py`'s way); `spread` and
     `spread_values`: what the rows are shuffled by, as `cdc.build.built` takes them (none: by the key)."""
+    from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
 
     ordered = in_key_order(rows, keys, ["_seq", F.col(FROM_BASE).desc()], spread=spread or [],
                            spread_values=spread_values)
-    from pyspark.sql import DataFrame
-
     made = java_class(rows.sparkSession, "cdc.spark.Versions")(ordered._jdf, keys, tracked_columns, failure)
     return Built(DataFrame(made.rows(), rows.sparkSession), made)
 
@@ -160,16 +159,16 @@ def touched_sql(columns: list[str], keys: list[str], on: Relations) -> str:
     return f"SELECT {listed} FROM {on.table} b WHERE EXISTS (SELECT 1 FROM {on.pending} p WHERE {match})"
 
 
-def replaced_sql(columns: list[str], keys: list[str], on: Relations) -> str:
-    """What a merge of rebuilt versions (`on.rebuilt`) writes (over `on.table`, the stored versions of the keys
-    rebuilt): every rebuilt version, and one row for each key with stored versions (`_drop`), which deletes them
-    all. The MERGE then matches on the key alone: a stored version's other columns are never read."""
+def replaced_sql(columns: list[str], keys: list[str], stored: str, rebuilt: str) -> str:
+    """What a merge of rebuilt versions (`rebuilt`, SQL text) writes, `stored` being the stored versions of the
+    keys rebuilt: every rebuilt version, and one row for each key with stored versions (`_drop`), which deletes
+    them all. The MERGE then matches on the key alone: a stored version's other columns are never read."""
     listed = ", ".join(quote(c) for c in (*columns, UNCHANGED, *VERSION_COLUMNS))
     emptied = ", ".join(quote(c) if c in keys else f"NULL AS {quote(c)}"
                         for c in (*columns, UNCHANGED, *VERSION_COLUMNS))
     key_list = ", ".join(quote(k) for k in keys)
-    return (f"SELECT {listed}, false AS {DROP} FROM ({on.rebuilt}) x UNION ALL "
-            f"SELECT {emptied}, true AS {DROP} FROM (SELECT DISTINCT {key_list} FROM {on.table}) b")
+    return (f"SELECT {listed}, false AS {DROP} FROM ({rebuilt}) x UNION ALL "
+            f"SELECT {emptied}, true AS {DROP} FROM (SELECT DISTINCT {key_list} FROM {stored}) b")
 
 
 def version_clauses(columns: list[str], keys: list[str]) -> MergeClauses:

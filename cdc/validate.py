@@ -69,7 +69,7 @@ def check_rows(changes: DataFrame, keys: list[str]) -> DataFrame:
     truncate = f"_op = {sql_string(TRUNCATE)}"
     return changes.selectExpr(
         f"to_json(struct({', '.join(map(quote, keys))}), {_TIMES}) AS key",
-        f"to_json(_seq, {_TIMES}) AS seq", f"{content} AS content", f"({null_key}) AND NOT {truncate} AS null_key",
+        f"to_json(_seq, {_TIMES}) AS seq", f"{content} AS content", f"({null_key}) AND NOT coalesce({truncate}, false) AS null_key",
         f"coalesce({truncate}, false) AS truncate", f"NOT ({null_key}) AS keyed",
         "_seq.source_major IS NULL AS null_seq", "_source_ts IS NULL AS null_time")
 

@@ -1,5 +1,6 @@
-"""The first build of an Iceberg current-state mirror (the table does not exist yet, or is empty): its changes
-resolved in one pass (`cdc/build.py`) and written as they come out, in one commit with the watermark.
+"""The first build of an Iceberg mirror (the table does not exist yet; a current-state one also when empty): its
+changes resolved (`cdc/build.py`), or an SCD2 mirror's made versions (`cdc/scd2.py` `versions_of`), in one pass
+and written as they come out, in one commit with the watermark.
 
 Why not the incremental path: a first build reads a whole table's changelog, and the incremental path's
 materialisation, the check aggregation, reduce and shuffle into the buckets are each a pass over all of it
@@ -48,7 +49,7 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     partitions, buckets = settings.partition_fields(name), _key_buckets(cfg, name, keys)
     spread = _spread(cfg, buckets)
     made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread,
-                 spread_values=(buckets[0].buckets or 0) if len(buckets) == 1 else 0)
+                 spread_values=_spread_values(buckets))
     rows = made.rows
     at = truncates(changes, keys)
     if at.first()["_truncates"]:  # one job; with no truncate, the scan's statistics leave it no file to read
@@ -96,8 +97,7 @@ def first_history_build(cfg: PipelineConfig, spark: SparkSession, target: Iceber
     buckets = _key_buckets(cfg, name, keys)
     spread = _spread(cfg, buckets)
     made = versions_of(rows.withColumn(FROM_BASE, F.lit(0)), keys, tracked_columns(cfg, name, columns),
-                       failure=CHECK_FAILED, spread=spread,
-                       spread_values=(buckets[0].buckets or 0) if len(buckets) == 1 else 0)
+                       failure=CHECK_FAILED, spread=spread, spread_values=_spread_values(buckets))
     versions = made.rows.select(*[column(c) for c in with_versions(rows).columns])
     versions = versions.observe(written, F.count_if(F.col("_is_current")).alias("keys"))
     partitions = settings.partition_fields(name)
@@ -115,6 +115,11 @@ def first_history_build(cfg: PipelineConfig, spark: SparkSession, target: Iceber
 def _key_buckets(cfg: PipelineConfig, name: str, keys: list[str]) -> list[PartitionField]:
     """The mirror's partition fields that bucket a key column: what the changes can be shuffled by."""
     return [field for field in cfg.mirror.partition_fields(name) if field.transform == "bucket" and field.column in keys]
+
+
+def _spread_values(buckets: list[PartitionField]) -> int:
+    """How many values `_spread`'s one column takes (its buckets), for one task each; 0 for several columns."""
+    return (buckets[0].buckets or 0) if len(buckets) == 1 else 0
 
 
 def _spread(cfg: PipelineConfig, buckets: list[PartitionField]) -> list[Column]:

@@ -4,8 +4,8 @@ The mirror itself holds the versions (not a second `<table>_history` table): one
 AUTO CDC's target is, with the current state one filter away (`_is_current AND NOT _is_deleted`, the
 `<table>_current` view), and no second copy of the state to keep in step with the first. The version rules
 are `cdc/scd2.py`'s. Writing rebuilds the versions of the keys the changes name only
-(`write_versions`): a MERGE matched on key and `_seq_from` that updates, inserts, and deletes the versions a late
-change moved, with the watermark in the same commit. In the pending layout a run appends its changes to the
+(`write_versions`): a MERGE that deletes those keys' stored versions (matched on the key alone) and inserts the
+rebuilt ones, with the watermark in the same commit. In the pending layout a run appends its changes to the
 pending table, as for a current-state mirror, and the versions are the overlay of the two (`history_sql`) until
 `pipeline maintain` folds them in with `write_versions`.
 """
@@ -81,11 +81,11 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
 
     table = base.ref if isinstance(base, IcebergLakeTable) else view(base.read())  # a Delta table is a path
     pending = changes if isinstance(changes, str) else view(changes)
-    # The changed keys' stored versions, read once: the rebuild and the versions it drops read only them.
+    # The changed keys' stored versions, read once: the rebuild and the keys whose versions it drops read them.
     stored = view(spark.sql(touched_sql(columns, keys, Relations(table, pending))).localCheckpoint())
     rows = spark.sql(version_rows_sql(columns, keys, Relations(stored, pending)))
     rebuilt = versions_of(rows, keys, tracked_columns(cfg, base.name, columns)).rows.localCheckpoint()
-    merged = spark.sql(replaced_sql(columns, keys, Relations(stored, pending, view(rebuilt))))
+    merged = spark.sql(replaced_sql(columns, keys, stored, view(rebuilt)))
     merged = merged.localCheckpoint()  # Spark 4.1 plans no MERGE whose source reads the target's catalog
     count = rebuilt.count()
     if count:
@@ -98,7 +98,8 @@ def write_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, ch
 
 def append_versions(cfg: PipelineConfig, spark: SparkSession, base: LakeTable, changes: DataFrame,
                     metadata: dict[str, str]) -> None:
-    """The first build of SCD2 table `base` (empty, Iceberg): the versions of `changes`, appended in one commit."""
+    """The first build of SCD2 table `base` (empty, Iceberg) from `changes` holding a truncate (made deletes by
+    `truncates_as_deletes`): their versions, appended in one commit. Without one, `first_history_build` builds it."""
     keys, columns = cfg.mirror.key_columns(base.name), change_columns(base)
     name = f"building_{base.name}_{uuid.uuid4().hex[:8]}"
     changes.createOrReplaceTempView(name)

@@ -152,7 +152,7 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
     data = [c for c in source_columns(list(types)) if c not in keys and c != sequence_by]
     kept = [c for c in data if (column_list is None or c in column_list) and c not in (except_column_list or [])]
     deleted = (f"coalesce(({apply_as_deletes}), false)" if apply_as_deletes
-               else "_is_deleted" if "_is_deleted" in types else "false")
+               else "coalesce(_is_deleted, false)" if "_is_deleted" in types else "false")
     if source_time:
         time = f"CAST({quote(source_time)} AS TIMESTAMP)"
     elif "_source_ts" in types:
@@ -223,7 +223,7 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
                           appends or history)
         if pending is None and appends:
             pending, reshaped = create_pending(cfg, spark, target, rows), True
-        if pending is not None and building:  # an SCD2 mirror's first build (`first_build` makes the others)
+        if pending is not None and building:  # an SCD2 first build with a truncate (else `first_history_build`)
             append_versions(cfg, spark, target, with_unchanged(rows), metadata)
         elif pending is not None:  # every change, not one per key: the overlay orders them as the source did
             append_pending(pending, rows, metadata)

@@ -4,8 +4,8 @@ Each run reads, per table, only the changelog commits after the mirror's waterma
 `apply_changes` (`pipeline/api/apply.py`, the public API's one code path): in the pending layout (Iceberg's
 default) it appends them to the mirror's pending table (`tables/pending.py`), reading nothing of the mirror; in
 the merge layout (and Delta) it MERGEs the newest change per key (`cdc/merge.py`), or for an SCD2 mirror the
-rebuilt versions of the keys changed (`tables/history.py`); an Iceberg current-state mirror's first build is one
-pass over its changes (`tables/first_build.py`). The watermark (the last changelog commit merged) is
+rebuilt versions of the keys changed (`tables/history.py`); an Iceberg mirror's first build is one pass over its
+changes (`tables/first_build.py`). The watermark (the last changelog commit merged) is
 written in the same commit, so a crash before the commit leaves the mirror and its watermark as they were, and
 the re-run applies the same changes. Because a change only replaces an older row, applying a change twice
 changes nothing either: re-runs, replays after a lost watermark, and concurrent runs are all harmless.

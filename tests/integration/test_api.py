@@ -40,7 +40,24 @@ def test_bad_input_names_the_table_and_column_before_writing(spark) -> None:
     with pytest.raises(ChangeError, match=r"orders: 1 change\(s\) without a source time.*source_time="):
         apply_changes(spark, target=target, source=untimed, keys=["order_id"], sequence_by="_seq",
                       stored_as_scd_type=2)
+    keyless = spark.createDataFrame([(None, "new", None, 1, "2026-11-20 10:00:00")], SCHEMA)  # not a truncate
+    with pytest.raises(ChangeError, match=r"orders: 1 change\(s\) with a null key column \(order_id\)"):
+        apply_changes(spark, target=target, source=keyless, keys=["order_id"], sequence_by="_seq",
+                      source_time="changed_at", stored_as_scd_type=2)
     assert not spark.catalog.tableExists(target)
+
+
+def test_a_null_deletion_flag_is_no_delete(spark) -> None:
+    """A source's own `_is_deleted` (no `apply_as_deletes`) that is null: the change is no delete, in the table
+    and in how its versions are made."""
+    target = f"lake.api_{uuid.uuid4().hex[:6]}.orders"
+    rows = [(1, "new", 1, "2026-11-20 10:00:00", None), (1, "paid", 2, "2026-11-20 11:00:00", None)]
+    changes = spark.createDataFrame(rows, "order_id INT, status STRING, _seq BIGINT, changed_at STRING, "
+                                          "_is_deleted BOOLEAN")
+    apply_changes(spark, target=target, source=changes, keys=["order_id"], sequence_by="_seq",
+                  source_time="changed_at", stored_as_scd_type=2)
+    versions = spark.table(target).orderBy("_seq_from").collect()
+    assert [(r.status, r._is_deleted, r._is_current) for r in versions] == [("new", False, False), ("paid", False, True)]
 
 
 def test_ignored_nulls_keep_the_value_and_column_lists_shape_the_target(spark) -> None:

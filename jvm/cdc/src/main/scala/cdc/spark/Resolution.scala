@@ -39,6 +39,7 @@ final class Resolution(changes: StructType, keys: Seq[String], tombstone: Seq[St
 
   @transient private lazy val contentOf = UnsafeProjection.create(content.map(bound).toSeq)
 
+  // A change's key, and changes' keys and `_seq` order compared: `KeyOrder`'s.
   def key(change: InternalRow): UnsafeRow = byKey.key(change)
   def sameKey(a: InternalRow, b: InternalRow): Boolean = byKey.sameKey(a, b)
   def order(a: InternalRow, b: InternalRow): Int = byKey.order(a, b)

@@ -73,7 +73,7 @@ object Versions {
     private val deletedAt: Option[Int] = position.get("_deleted_at")
     private val unchanged = names.indexOf(Unchanged)
     private val byKey = new KeyOrder(input, keys)
-    private val checks = new Resolution(input, keys, Nil, deletesKnowValues = false)  // for its checks alone
+    private val checks = failure.map(_ => new Resolution(input, keys, Nil, deletesKnowValues = false))  // its checks
 
     val schema: StructType = {
       val (time, order) = (input("_source_ts").dataType, input("_seq").dataType)
@@ -123,13 +123,13 @@ object Versions {
         for (d <- data.indices if knows(d)) version.knew(d) = true
         more = rows.hasNext && byKey.sameKey(row, rows.head)
       }
-      for (message <- failure if checks.tied(held.toIndexedSeq)) throw new IllegalStateException(message)
+      for (message <- failure; rules <- checks if rules.tied(held.toIndexedSeq)) throw new IllegalStateException(message)
       read.add(count)
       made.indices.map(v => written(made(v), made.lift(v + 1)))
     }
 
     private def failsCheck(row: InternalRow): Boolean =
-      checks.unusable(row) || row.isNullAt(columns(sourceTs))
+      checks.exists(_.unusable(row)) || row.isNullAt(columns(sourceTs))
 
     /** Which source columns a row knows: all but a delete's, and but its TOAST placeholders (`_unchanged`). */
     private def knowsOf(row: InternalRow, values: Array[Any]): Array[Boolean] = {
