@@ -46,7 +46,7 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     name, settings = target.name, cfg.mirror
     pending_layout = settings.layout == "pending"
     written = Observation(f"written_{name}")
-    partitions, buckets = settings.partition_fields(name), _key_buckets(cfg, name, keys)
+    buckets = _key_buckets(cfg, name, keys)
     spread = _spread(cfg, buckets)
     made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread,
                  spread_values=_spread_values(buckets))
@@ -65,12 +65,7 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
         if gained:
             target.add_columns(gained)
         rows = aligned(rows, target.fields()) if pending_layout else rows.select(*[f.name for f in target.fields()])
-    try:
-        target.build(rows, partitions, settings.write_mode, metadata, spread=len(spread) == len(partitions))
-    except Exception as exc:  # noqa: BLE001 - a failed check is told by its message, then explained
-        if check_failed(exc):
-            check_changes(name, prepared(changes), keys, sequence_by)  # raises the ChangeError that names it
-        raise
+    _build(cfg, target, rows, spread, metadata, changes, keys, sequence_by, history=False)
     if pending_layout and pending_table(cfg, spark, name) is None:
         create_pending(cfg, spark, target, target.read())
     return made.changes_read(), int(written.get["rows"])
@@ -100,16 +95,23 @@ def first_history_build(cfg: PipelineConfig, spark: SparkSession, target: Iceber
                        failure=CHECK_FAILED, spread=spread, spread_values=_spread_values(buckets))
     versions = made.rows.select(*[column(c) for c in with_versions(rows).columns])
     versions = versions.observe(written, F.count_if(F.col("_is_current")).alias("keys"))
-    partitions = settings.partition_fields(name)
-    try:
-        target.build(versions, partitions, settings.write_mode, metadata, spread=len(spread) == len(partitions))
-    except Exception as exc:  # noqa: BLE001 - a failed check is told by its message, then explained
-        if check_failed(exc):
-            check_changes(name, prepared(changes), keys, sequence_by, history=True)  # raises the ChangeError
-        raise
+    _build(cfg, target, versions, spread, metadata, changes, keys, sequence_by, history=True)
     if settings.layout == "pending" and pending_table(cfg, spark, name) is None:
         create_pending(cfg, spark, target, rows)
     return made.changes_read(), int(written.get["keys"])
+
+
+def _build(cfg: PipelineConfig, target: IcebergLakeTable, rows: DataFrame, spread: list[Column],
+           metadata: dict[str, str], changes: DataFrame, keys: list[str], sequence_by: str, *, history: bool) -> None:
+    """Write a pass's `rows` as `target`'s first data, with `metadata`, in one commit. A change that failed the
+    pass's checks failed the write: `check_changes` over `changes` then raises the `ChangeError` naming it."""
+    partitions = cfg.mirror.partition_fields(target.name)
+    try:
+        target.build(rows, partitions, cfg.mirror.write_mode, metadata, spread=len(spread) == len(partitions))
+    except Exception as exc:  # noqa: BLE001 - a failed check is told by its message, then explained
+        if check_failed(exc):
+            check_changes(target.name, prepared(changes), keys, sequence_by, history)
+        raise
 
 
 def _key_buckets(cfg: PipelineConfig, name: str, keys: list[str]) -> list[PartitionField]:
