@@ -231,7 +231,7 @@ def cmd_backfill(cfg: PipelineConfig, args: argparse.Namespace) -> int:
     from pipeline.runtime.spark import get_spark
     from pipeline.stages.backfill import Backfill
 
-    report = Backfill(cfg, get_spark(cfg), args.table).run(restart=args.restart)
+    report = Backfill(cfg, get_spark(cfg, bounded=True), args.table).run(restart=args.restart)
     print(report.line())
     for mirrored in report.mirror:
         print(mirrored.line())

@@ -54,7 +54,8 @@ def java_option(cfg: PipelineConfig, local: bool) -> str | None:
 
 def train(cfg: PipelineConfig) -> Path | None:
     """Write the archive unless it is there: one short local session in a throw-away home, whose JVM writes it at
-    its exit. Returns it, or None (with a warning: sessions then start without it) when the training failed."""
+    its exit, then delete the archives of other jars. Returns it, or None (with a warning: sessions then start
+    without it) when the training failed."""
     path = archive(cfg)
     if path.is_file():
         return path
@@ -68,6 +69,9 @@ def train(cfg: PipelineConfig) -> Path | None:
                     fix="local sessions start without it; run `python -m pipeline setup` again to retry")
         return None
     written.rename(path)
+    for stale in path.parent.glob("spark-*.jsa"):  # of jars no longer there: 220 MB each, mapped by no new JVM
+        if stale != path:
+            stale.unlink(missing_ok=True)
     return path
 
 

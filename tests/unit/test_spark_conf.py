@@ -1,11 +1,12 @@
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from pipeline.runtime import jvm
 from pipeline.config.settings import load_config
-from pipeline.runtime.spark import spark_conf
+from pipeline.runtime.spark import HOT_ONLY_JAVA_OPTIONS, spark_conf
 from tables.catalog import pyiceberg_properties, sqlalchemy_url
 
 
@@ -67,6 +68,20 @@ def test_user_conf_wins(tmp_path: Path) -> None:
     conf = spark_conf(_cfg(tmp_path, "spark.conf.spark.sql.shuffle.partitions=64", "spark.master="))
     assert conf["spark.sql.shuffle.partitions"] == "64"
     assert "spark.master" not in conf
+
+
+def test_a_bounded_local_run_compiles_only_hot_code_with_c2_unless_told(tmp_path: Path) -> None:
+    def options(*overrides: str, bounded: bool) -> str:
+        return spark_conf(_cfg(tmp_path, *overrides), bounded)["spark.driver.extraJavaOptions"]
+
+    assert HOT_ONLY_JAVA_OPTIONS in options(bounded=True)
+    assert HOT_ONLY_JAVA_OPTIONS not in options(bounded=False)  # a stream's driver keeps the JVM's own tiers
+    assert HOT_ONLY_JAVA_OPTIONS not in options("spark.jit=tiered", bounded=True)
+    assert HOT_ONLY_JAVA_OPTIONS in options("spark.jit=hot", bounded=False)
+    assert HOT_ONLY_JAVA_OPTIONS not in options("spark.master=spark://master:7077", bounded=True)  # runs no task
+    # the user's own JVM options come after the pipeline's: the JVM takes the last of a repeated flag
+    told = options("spark.conf.spark.driver.extraJavaOptions=-XX:Tier4InvocationThreshold=9", bounded=True)
+    assert told.index(HOT_ONLY_JAVA_OPTIONS) < told.index("-XX:Tier4InvocationThreshold=9")
 
 
 def test_local_jars_missing_is_a_clear_error(tmp_path: Path) -> None:
@@ -245,6 +260,25 @@ def test_a_local_driver_maps_the_class_data_archive_once_setup_wrote_it(tmp_path
     before = class_data.archive(cfg)
     os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 10**9))
     assert class_data.archive(cfg) != before  # rebuilt at its size: the JVM refuses an archive of the old one
+
+
+def test_a_new_class_data_archive_replaces_those_of_other_jars(tmp_path: Path, monkeypatch) -> None:
+    from pipeline.runtime import class_data
+
+    cfg = _cfg(tmp_path)
+    folder = class_data.archive(cfg).parent
+    folder.mkdir(parents=True)
+    stale = folder / "spark-0123456789abcdef.jsa"
+    stale.write_bytes(b"an archive of jars since rebuilt")
+
+    def training(command: list[str], **_: object) -> subprocess.CompletedProcess:
+        Path(command[-1]).write_bytes(b"archive")  # the training JVM writes it at its exit
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(class_data.subprocess, "run", training)
+    written = class_data.train(cfg)
+    assert written == class_data.archive(cfg) and written.read_bytes() == b"archive"
+    assert sorted(folder.iterdir()) == [written]  # the stale one is gone
 
 
 def test_a_local_driver_creates_local_files_without_a_process_once_setup_built_it(tmp_path: Path,
