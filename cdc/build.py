@@ -15,6 +15,8 @@ not), the columns no change knew listed in `_unchanged`; a truncate deletes the 
 write's job and nothing is committed; the caller then runs `check_changes` for its message and counts.
 A small new mirror built with others (`apply_pending_together`) is resolved by the same rules in one task
 (jvm/cdc `MirrorRows`), since even this plan costs more than its rows; a test holds the two to the same rows.
+Changes known to hold each key once, knowing every column (a backfill's one pass), are their keys' rows already:
+`as_stored` gives them, `in_buckets` spreads them into the mirror's key buckets, with no pass.
 """
 
 from __future__ import annotations
@@ -55,14 +57,20 @@ def built(changes: DataFrame, keys: list[str], *, deletes_know_values: bool, spr
     its own (`one_task_a_value`)."""
     from pyspark.sql import DataFrame
 
-    rows = prepared(changes)
-    none = "CAST(array() AS array<string>)"
-    unchanged = f"coalesce({UNCHANGED}, {none})" if UNCHANGED in rows.columns else none
-    rows = rows.selectExpr(*[quote(c) for c in rows.columns if c != UNCHANGED], f"{unchanged} AS {UNCHANGED}")
+    rows = as_stored(changes)
     ordered = in_key_order(rows, keys, ["_seq"], spread=spread, spread_values=spread_values)
     made = java_class(rows.sparkSession, "cdc.spark.FirstBuild")(
         ordered._jdf, keys, list(TOMBSTONE), deletes_know_values, CHECK_FAILED)
     return Built(DataFrame(made.rows(), rows.sparkSession), made)
+
+
+def as_stored(changes: DataFrame) -> DataFrame:
+    """Canonical `changes` as the mirror stores them (`prepared`), `_unchanged` last and never null: what the pass
+    reads, and the row it gives a key whose one change knows every column."""
+    rows = prepared(changes)
+    none = "CAST(array() AS array<string>)"
+    unchanged = f"coalesce({UNCHANGED}, {none})" if UNCHANGED in rows.columns else none
+    return rows.selectExpr(*[quote(c) for c in rows.columns if c != UNCHANGED], f"{unchanged} AS {UNCHANGED}")
 
 
 def in_key_order(rows: DataFrame, keys: list[str], then: list[str | Column], *, spread: list[Column],
@@ -70,11 +78,24 @@ def in_key_order(rows: DataFrame, keys: list[str], then: list[str | Column], *, 
     """`rows` with each key's in one task, sorted by `spread`, the key, then `then`: what a pass over each key's
     rows in order (jvm/cdc `FirstBuild`, `Versions`) reads. `spread` and `spread_values` as `built` takes them."""
     by_key = [column(k) for k in keys]
+    return _shuffled(rows, spread or by_key, spread_values).sortWithinPartitions(*spread, *by_key, *then)
+
+
+def in_buckets(rows: DataFrame, *, spread: list[Column], spread_values: int = 0) -> DataFrame:
+    """`rows` with each value of `spread` in one task, together: what a write into the mirror's key buckets takes
+    without a shuffle of its own (a task of one value needs no sort); `rows` as they are without `spread` (a mirror
+    not bucketed by key)."""
+    if not spread:
+        return rows
+    shuffled = _shuffled(rows, spread, spread_values)
+    return shuffled if spread_values else shuffled.sortWithinPartitions(*spread)
+
+
+def _shuffled(rows: DataFrame, by: list[Column], spread_values: int) -> DataFrame:
+    """`rows` shuffled by `by`: each of its one column's `spread_values` values to a task of its own when given."""
     if spread_values:
-        shuffled = rows.repartition(spread_values, one_task_a_value(spread[0], spread_values))
-    else:
-        shuffled = rows.repartition(*(spread or by_key))
-    return shuffled.sortWithinPartitions(*spread, *by_key, *then)
+        return rows.repartition(spread_values, one_task_a_value(by[0], spread_values))
+    return rows.repartition(*by)
 
 
 def one_task_a_value(value: Column, count: int) -> Column:

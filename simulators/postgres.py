@@ -330,10 +330,10 @@ class Comparison:
 
 
 def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_table: str,
-                   lake_name: str) -> Comparison:
-    """The mirror's live rows (its state: in the pending layout its base and pending changes) against `SELECT *`;
-    a column of the wrong type is reported and left out of the value comparison (its values could not be
-    compared)."""
+                   lake_name: str, key: str | None = None) -> Comparison:
+    """The mirror's live rows (its state: in the pending layout its base and pending changes) against `SELECT *`
+    by `key` (the shop table's own by default); a column of the wrong type is reported and left out of the value
+    comparison (its values could not be compared)."""
     from pipeline.ops.verify import compare
     from tables.pending import mirror_state
 
@@ -343,7 +343,7 @@ def compare_mirror(cfg: PipelineConfig, spark: SparkSession, psql: Psql, source_
              for c in source_columns(psql, source_table) if lake_types.get(c.name) != c.lake_type]
     comparable = [c for c in mirror.columns
                   if is_pipeline_column(c) or not any(w.startswith(f"{c}:") for w in wrong)]
-    key = KEYS[source_table]
+    key = key or KEYS[source_table]
     expected = {row[key]: row for row in lake_rows(psql, source_table)}
     return Comparison(wrong, compare(spark, mirror.select(*comparable), expected, [key], lake_name, source_table))
 

@@ -13,6 +13,9 @@ from typing import Mapping
 
 BACKFILL_PROPERTY = "pipeline.backfill"  # JSON: {"state": "running" | "done", ...}
 RUNNING, DONE = "running", "done"
+# Facts: the table's rows are one pass of snapshot rows from the first key (no restart, no other writer's rows),
+# and the changelog commit the backfill finished at
+KEYS_ONCE, THROUGH = "keys_once", "through"
 
 
 def backfill_property(state: str, **facts: object) -> dict[str, str]:
@@ -32,3 +35,11 @@ def backfill_state(properties: Mapping[str, str]) -> dict[str, object]:
 def backfill_running(properties: Mapping[str, str]) -> bool:
     """Whether the table's backfill has begun and not finished."""
     return backfill_state(properties).get("state") == RUNNING
+
+
+def keys_once(properties: Mapping[str, str], through: int) -> bool:
+    """Whether each key of the changelog table, as of its commit `through`, has one change, a snapshot row knowing
+    every column: its finished backfill says so of the commit it finished at, and nothing landed since. Its first
+    mirror build then needs no ordering of a key's changes (`tables/first_build.py`)."""
+    state = backfill_state(properties)
+    return state.get("state") == DONE and state.get(KEYS_ONCE) is True and state.get(THROUGH) == str(through)

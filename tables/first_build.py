@@ -7,14 +7,15 @@ materialisation, the check aggregation, reduce and shuffle into the buckets are 
 (docs/mirror.md, "The first build"). Here the only shuffle is the one that brings each key's changes together, by
 the mirror's key buckets when it is bucketed by key, so the write needs none. Then the mirror continues
 incrementally from the watermark, as after any run; in the pending layout its (empty) pending table is created
-after the base.
+after the base. A backfill's snapshot landed in one pass has each key once (`keys_once`): its rows are written as
+they are read, with no shuffle by key at all.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cdc.build import CHECK_FAILED, built, check_failed
+from cdc.build import CHECK_FAILED, as_stored, built, check_failed, in_buckets
 from cdc.merge import UNCHANGED, prepared, truncated, truncates
 from cdc.scd2 import FROM_BASE, versions_of
 from cdc.validate import check_changes
@@ -36,10 +37,12 @@ def is_first_build(target: IcebergLakeTable, pending: IcebergLakeTable | None) -
 
 
 def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTable, changes: DataFrame,
-                keys: list[str], sequence_by: str, metadata: dict[str, str]) -> tuple[int, int]:
+                keys: list[str], sequence_by: str, metadata: dict[str, str], keys_once: bool = False) -> tuple[int, int]:
     """Build mirror `target` from canonical `changes` with `metadata` (its watermark) in the same commit; the
     changes read and the keys written. A change that fails a check stops it with `check_changes`' message, and
-    nothing is committed."""
+    nothing is committed. `keys_once`: the caller knows each key has one change, knowing every column (a
+    backfill's snapshot landed in one pass, `tables/backfill_state.py`): that change is the key's row, written as
+    it is read, without the shuffle by key, the sort and the pass."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -48,12 +51,15 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     written = Observation(f"written_{name}")
     buckets = _key_buckets(cfg, name, keys)
     spread = _spread(cfg, buckets)
-    made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread,
-                 spread_values=_spread_values(buckets))
-    rows = made.rows
-    at = truncates(changes, keys)
-    if at.first()["_truncates"]:  # one job; with no truncate, the scan's statistics leave it no file to read
-        rows = truncated(rows, keys, None, at.localCheckpoint())
+    if keys_once:
+        rows, made = in_buckets(as_stored(changes), spread=spread, spread_values=_spread_values(buckets)), None
+    else:
+        made = built(changes, keys, deletes_know_values=not pending_layout, spread=spread,
+                     spread_values=_spread_values(buckets))
+        rows = made.rows
+        at = truncates(changes, keys)
+        if at.first()["_truncates"]:  # one job; with no truncate, the scan's statistics leave it no file to read
+            rows = truncated(rows, keys, None, at.localCheckpoint())
     rows = rows.observe(written, F.count(F.lit(1)).alias("rows"))  # keys, the truncate's row left out
     if settings.delete_mode == "hard":
         rows = rows.where("NOT _is_deleted")
@@ -68,7 +74,8 @@ def first_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTab
     _build(cfg, target, rows, spread, metadata, changes, keys, sequence_by, history=False)
     if pending_layout and pending_table(cfg, spark, name) is None:
         create_pending(cfg, spark, target, target.read())
-    return made.changes_read(), int(written.get["rows"])
+    keys_written = int(written.get["rows"])
+    return (made.changes_read() if made is not None else keys_written), keys_written
 
 
 def first_history_build(cfg: PipelineConfig, spark: SparkSession, target: IcebergLakeTable, changes: DataFrame,

@@ -58,7 +58,8 @@ def apply_changes(spark: SparkSession, target: str, source: DataFrame, keys: lis
                   track_history_except_column_list: list[str] | None = None, ignore_null_updates: bool = False,
                   ignore_null_updates_column_list: list[str] | None = None,
                   delete_mode: Literal["soft", "hard"] = "soft", layout: Literal["merge", "pending"] = "merge",
-                  config: PipelineConfig | None = None, commit_metadata: dict[str, str] | None = None) -> Applied:
+                  config: PipelineConfig | None = None, commit_metadata: dict[str, str] | None = None,
+                  keys_once: bool = False) -> Applied:
     """Apply `source` (one row per change) to `target` and return what was applied.
 
     `target`: `catalog.namespace.table` (Iceberg) or the path of a Delta table; created on first use.
@@ -69,7 +70,9 @@ def apply_changes(spark: SparkSession, target: str, source: DataFrame, keys: lis
     `_source_ts`, else `sequence_by` when it is a timestamp). `delete_mode`: `soft` keeps a deleted row
     (`_is_deleted`), `hard` removes it (SCD1 only). `layout`: `pending` (Iceberg) appends the changes for
     the mirror's views to overlay (`tables/pending.py`). `config`: the pipeline's configuration (the CLI's);
-    `commit_metadata` lands in the same commit (the mirror's watermark).
+    `commit_metadata` lands in the same commit (the mirror's watermark). `keys_once`: `source` has one change a
+    key, knowing every column (an initial load landed once): a new current-state Iceberg mirror takes them as
+    they are, without ordering each key's changes (a key given twice would then be written twice).
     """
     where = _target(target)
     name = where.name
@@ -80,7 +83,7 @@ def apply_changes(spark: SparkSession, target: str, source: DataFrame, keys: lis
     cfg = _config(config, where, keys, stored_as_scd_type, tracked, untracked, delete_mode, layout)
     changes = _canonical(name, source, keys, sequence_by, apply_as_deletes, source_time, column_list,
                          except_column_list, ignore_null_updates, ignore_null_updates_column_list)
-    return _apply(cfg, spark, name, changes, keys, sequence_by, commit_metadata or {})
+    return _apply(cfg, spark, name, changes, keys, sequence_by, commit_metadata or {}, keys_once)
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,9 @@ def _canonical(name: str, source: DataFrame, keys: list[str], sequence_by: str, 
 
 
 def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFrame, keys: list[str],
-           sequence_by: str, metadata: dict[str, str]) -> Applied:
-    """Check canonical `changes` and write them to mirror `name` of `cfg` as its layout and SCD type say."""
+           sequence_by: str, metadata: dict[str, str], keys_once: bool = False) -> Applied:
+    """Check canonical `changes` and write them to mirror `name` of `cfg` as its layout and SCD type say
+    (`keys_once` as `apply_changes` takes it)."""
     from pyspark.sql import functions as F
 
     settings, history = cfg.mirror, cfg.mirror.scd_type_of(name) == 2
@@ -193,7 +197,7 @@ def _apply(cfg: PipelineConfig, spark: SparkSession, name: str, changes: DataFra
         spark.sql(f"DROP TABLE {pending.ref}")
         pending = None
     if isinstance(target, IcebergLakeTable) and not history and (building or is_first_build(target, pending)):
-        read, written = first_build(cfg, spark, target, changes, keys, sequence_by, metadata)
+        read, written = first_build(cfg, spark, target, changes, keys, sequence_by, metadata, keys_once)
         return Applied(read, written, True)
     if isinstance(target, IcebergLakeTable) and history and building:
         made = first_history_build(cfg, spark, target, changes, keys, sequence_by, metadata)

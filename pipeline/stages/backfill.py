@@ -26,7 +26,7 @@ from pipeline.sources.postgres_snapshot import Bound, KeyRange, PostgresSnapshot
 from pipeline.stages.changelog.landing import changelog_appender, changelog_owners, stamped
 from pipeline.stages.mirror import MirrorStage, TableReport
 from tables.append import COMMIT_PROPERTY, SOURCE_PROPERTY
-from tables.backfill_state import DONE, RUNNING, backfill_property, backfill_state
+from tables.backfill_state import DONE, KEYS_ONCE, RUNNING, THROUGH, backfill_property, backfill_state
 from tables.first_build import is_first_build
 from tables.keys import keys_property
 from tables.lake import IcebergLakeTable, create_namespace, lake_table
@@ -109,6 +109,8 @@ class Backfill:
                                 f"{', '.join(unsupported)}: let the connector take this table's snapshot "
                                 "(snapshot.mode=initial)")
         started = time.monotonic()
+        # One pass from the first key: a new table, or a resumed pass of one (a restart lands the keys again)
+        once = not self.table.exists() or (not restart and backfill_state(self.table.properties()).get(KEYS_ONCE) is True)
         position, ranges = self._position(shape, key, restart)
         first_rows = position.rows
         if position.complete:
@@ -117,14 +119,23 @@ class Backfill:
             log.info("backfill.start", table=self.name, source=str(self.source), key=[c.name for c in key],
                      ranges=len(ranges), rows_per_range=self._per_range(), after=position.after)
             if self.table.exists():  # else its first batch creates it so
-                self.table.set_properties(backfill_property(RUNNING))
+                self.table.set_properties(backfill_property(RUNNING, **{KEYS_ONCE: once}))
             position = self._land(shape, key, ranges, position)
         if self.table.exists():
-            finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            self.table.set_properties(backfill_property(DONE, rows=position.rows, finished_at=finished))
+            self._finish(position, once)
         seconds = time.monotonic() - started
         mirror = MirrorStage(self.cfg, self.spark).run_once([self.name]) if self.table.exists() else []
         return BackfillReport(self.name, position.rows, position.rows - first_rows, seconds, mirror)
+
+    def _finish(self, position: Position, once: bool) -> None:
+        """Mark the table backfilled: its rows, and whether they are the pass's alone (`keys_once`), as of the
+        commit it ends at. The table holding exactly the rows the pass landed rules out any other writer's, even
+        one whose commits have expired."""
+        through = self.table.commit_id()
+        alone = once and through is not None and self.table.records_added(None, through) == position.rows
+        finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        self.table.set_properties(backfill_property(DONE, rows=position.rows, finished_at=finished,
+                                                    **{KEYS_ONCE: alone, THROUGH: str(through)}))
 
     # -- the plan ------------------------------------------------------------------------------------
 
@@ -221,7 +232,7 @@ class Backfill:
             appended = self.appender.append(
                 rows, self.name, WRITER, position.batch, properties=done.committed(),
                 created=lambda: {SOURCE_PROPERTY: str(self.source), **keys_property([lake_column(c.name) for c in key]),
-                                 **backfill_property(RUNNING)}).rows
+                                 **backfill_property(RUNNING, **{KEYS_ONCE: True})}).rows
             landed += appended
             position = Position(done.batch, done.after, position.rows + appended, done.complete)
             elapsed, read = time.monotonic() - started, min(first + tasks, len(ranges))

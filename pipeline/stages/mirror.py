@@ -28,7 +28,7 @@ from pipeline.api.apply import PendingAppend, apply_changes, apply_pending_toget
 from pipeline.config.settings import PipelineConfig
 from pipeline.runtime.sessions import SessionPool
 from tables.append import spark_schema
-from tables.backfill_state import backfill_running
+from tables.backfill_state import backfill_running, keys_once
 from tables.catalog import keeps_views
 from tables.glue_delta import DeltaGlue
 from tables.history import mirror_history_columns
@@ -313,13 +313,15 @@ class MirrorStage:
         merged_through = after if held_back else through
         tracked, untracked = self.settings.history_columns(name)
         iceberg = self.cfg.lake.format == "iceberg"
+        once = after is None and keys_once(source.properties(), through)  # a first build of one backfill pass
         try:
             applied = apply_changes(
                 self.spark, f"{self.cfg.catalog.name}.{self.settings.namespace}.{name}" if iceberg else target.ref,
                 changes, keys, "_seq", apply_as_deletes="_is_deleted", stored_as_scd_type=self.settings.scd_type_of(name),
                 track_history_column_list=tracked, track_history_except_column_list=untracked,
                 delete_mode=self.settings.delete_mode, layout=self.settings.layout, config=self.cfg,
-                commit_metadata={WATERMARK: str(merged_through)} if merged_through is not None else {})
+                commit_metadata={WATERMARK: str(merged_through)} if merged_through is not None else {},
+                keys_once=once)
         except ChangeError as exc:
             raise MirrorError(str(exc)) from None
         if applied.reshaped:

@@ -322,6 +322,51 @@ def test_a_backfilled_mirror_equals_select_star(backfilled: Backfilled, spark, t
     assert comparison.verdict.rows > 0
 
 
+def test_a_new_tables_backfill_builds_its_mirror_from_each_key_once(backfilled: Backfilled, spark,
+                                                                    monkeypatch) -> None:
+    """A table no stream has landed, backfilled in one pass of three batches: each key has one change, so its
+    mirror's first build takes them as read (`keys_once`), and the mirror equals `SELECT *` (every semantic type of
+    the customers, copied). A restart lands the keys again: no longer once, and the mirror still equals it. The
+    backfills after streamed rows never were."""
+    import pipeline.api.apply as apply_module
+    from tables.backfill_state import KEYS_ONCE, backfill_state, keys_once
+
+    backfilled.psql.execute("CREATE TABLE ledger AS SELECT * FROM customers; ALTER TABLE ledger ADD PRIMARY KEY (id);")
+    cfg = backfilled.cfg.model_copy(update={
+        "backfill": backfilled.cfg.backfill.model_copy(update={"batch_rows": 60}),
+        "mirror": backfilled.cfg.mirror.model_copy(update={"keys": {backfilled.lake("ledger"): "id"},
+                                                           "pending_build_rows": 100})})  # else built with others
+    built_once, first_build = [], apply_module.first_build
+
+    def spied(*args, **kwargs):  # type: ignore[no-untyped-def]
+        built_once.append(args[-1])
+        return first_build(*args, **kwargs)
+
+    monkeypatch.setattr(apply_module, "first_build", spied)
+    report = Backfill(cfg, spark, backfilled.topic("ledger")).run()
+    rows = backfilled.psql.rows("SELECT count(*) AS n FROM ledger")[0]["n"]
+    assert report.rows == report.landed == rows > 120
+    assert built_once == [True]
+    changelog = lake_table(cfg, spark, cfg.changelog.namespace, backfilled.lake("ledger"))
+    assert keys_once(changelog.properties(), changelog.commit_id())
+    assert _snapshot_rows(backfilled, spark, "ledger").selectExpr("count(DISTINCT _batch_id)").first()[0] == 3
+
+    def matches() -> None:
+        comparison = compare_mirror(cfg, spark, backfilled.psql, "ledger", backfilled.lake("ledger"), key="id")
+        report = "\n".join(comparison.lines())
+        assert not comparison.type_mismatches, report
+        assert comparison.verdict.mismatches == 0 and comparison.verdict.rows == rows, report
+
+    matches()
+    assert Backfill(cfg, spark, backfilled.topic("ledger")).run(restart=True).landed == rows
+    assert backfill_state(changelog.properties())[KEYS_ONCE] is False
+    assert built_once == [True]  # the mirror was there: the restart's rows were merged
+    matches()
+    for table in BACKFILLED:  # their changelogs held streamed rows first
+        streamed = lake_table(cfg, spark, cfg.changelog.namespace, backfilled.lake(table)).properties()
+        assert backfill_state(streamed)[KEYS_ONCE] is False
+
+
 def test_a_finished_backfill_lands_nothing_again(backfilled: Backfilled, spark) -> None:
     again = Backfill(backfilled.cfg, spark, backfilled.topic("orders")).run()
     assert (again.landed, again.rows) == (0, backfilled.at_backfill["orders"])

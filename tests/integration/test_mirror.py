@@ -344,6 +344,38 @@ def test_a_first_build_gives_the_rows_of_a_build_continued_incrementally(landed,
     assert sum(r["_is_deleted"] for r in whole.values()) > 0
 
 
+@pytest.mark.parametrize("layout, partition", [("pending", "bucket(4, {key})"), ("merge", "bucket(4, {key})"),
+                                               ("merge", "")])
+def test_a_first_build_of_keys_given_once_writes_the_rows_of_the_pass(landed, spark, layout: str,
+                                                                     partition: str) -> None:
+    """`keys_once` (a backfill's one pass, `tables/backfill_state.py`): the changes as they are read make the
+    rows the pass makes of the same changes, one a key that knows every column; bucketed by key, each bucket is
+    still written by a task of its own; a count of the changes read as the keys written."""
+    cfg, table, key, _, _ = _bucketed_orders(landed, spark)
+    changes = lake_table(cfg, spark, cfg.changelog.namespace, table).read()
+    once = (changes.where("_op IN ('r', 'c', 'u') AND size(_unchanged) = 0")
+            .selectExpr("*", f"row_number() OVER (PARTITION BY {key} ORDER BY _seq DESC) AS newest")
+            .where("newest = 1").drop("newest"))
+    keys = once.count()
+    assert keys == once.select(key).distinct().count() > 50
+
+    def build(tag: str, keys_once: bool) -> tuple[dict, object]:
+        mirror = _own_mirrors(cfg, tag, layout=layout, partition_by={table: partition.format(key=key)} if partition else {})
+        applied = apply_changes(spark, f"{mirror.catalog.name}.{mirror.mirror.namespace}.{table}", once, [key], "_seq",
+                                apply_as_deletes="_is_deleted", config=mirror, layout=layout, keys_once=keys_once)
+        state = {r[key]: r.asDict() for r in mirror_state(mirror, spark, table).drop("_merged_at").collect()}
+        files = spark.sql(f"SELECT * FROM {lake_table(mirror, spark, mirror.mirror.namespace, table).ref}.files").collect()
+        return state, (applied.changes, applied.keys, files)
+
+    passed, (read, written, _) = build("kp", keys_once=False)
+    given, (read_once, written_once, files) = build("ko", keys_once=True)
+    assert given == passed
+    assert (read_once, written_once) == (read, written) == (keys, keys)
+    if partition:  # each of the 4 buckets one file, by a task of its own
+        assert len(files) == len({tuple(f["partition"]) for f in files}) == 4
+        assert len({Path(f["file_path"]).name.split("-")[0] for f in files}) == 4
+
+
 def test_a_first_build_shuffles_each_bucket_into_a_task_of_its_own(spark) -> None:
     """Spark's hash spreads 16 bucket numbers over 16 tasks two to a task in six of them; the first build's shuffle
     key (`one_task_a_value`, from the same hash computed here) gives each its own."""

@@ -1,0 +1,11 @@
+from tables.backfill_state import DONE, KEYS_ONCE, RUNNING, THROUGH, backfill_property, keys_once
+
+
+def test_keys_are_once_only_as_of_the_commit_a_finished_one_pass_backfill_ended_at() -> None:
+    finished = backfill_property(DONE, rows=3, **{KEYS_ONCE: True, THROUGH: "8473995016524500672"})
+    assert keys_once(finished, 8473995016524500672)
+    assert not keys_once(finished, 17)  # a commit since: another writer's rows may share keys with the snapshot's
+    assert not keys_once(backfill_property(DONE, rows=3, **{KEYS_ONCE: False, THROUGH: "17"}), 17)  # restarted
+    assert not keys_once(backfill_property(RUNNING, **{KEYS_ONCE: True}), 17)  # half landed
+    assert not keys_once({}, 17)  # never backfilled
+    assert not keys_once(backfill_property(DONE, rows=3), 17)  # finished before the fact was kept
