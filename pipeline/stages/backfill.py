@@ -40,6 +40,8 @@ log = structlog.get_logger(__name__)
 
 WRITER = "backfill"  # the writer id of its commits: `pipeline.commit = backfill:<batch>`
 FORMAT = "backfill"  # `_source.format` of its rows
+# A row's transport partition (its batch) and offset, made before its record, under names no source column has
+ROW_PARTITION, ROW_OFFSET = "_row_partition", "_row_offset"
 # A commit's properties: the last key it read (JSON texts), whether it read the last range, the rows before it
 AFTER, COMPLETE, ROWS_BEFORE = (f"pipeline.backfill.{name}" for name in ("after", "complete", "rows-before"))
 
@@ -244,13 +246,19 @@ class Backfill:
     def _changes(self, rows: DataFrame, shape: TableShape, batch: int) -> DataFrame:
         """The snapshot's rows as change records, stamped with the batch (`stamped`): snapshot reads of the source
         table, ordered before every streamed change (and among themselves by batch, then row). The batch and the
-        time come from the stamp's columns, not literals, so every batch runs the same generated code."""
+        time come from the stamp's columns, not literals, so every batch runs the same generated code. The row's
+        partition and offset are made in a projection of their own, below the record's: an offset is
+        nondeterministic and `_seq` and `_transport` both take it, so Spark kept the record's projection apart from
+        the one that framed the row, and built the `row` struct (which keeps the source's columns apart from the
+        transport's names) for every row only to take it apart again (docs/benchmarks.md, the initial load)."""
         from pyspark.sql import functions as F
 
-        framed = stamped(rows, batch).select(
+        numbered = stamped(rows, batch).select("*", F.col("_batch_id").cast("int").alias(ROW_PARTITION),
+                                               F.monotonically_increasing_id().alias(ROW_OFFSET))
+        framed = numbered.select(
             F.struct(*[column(name) for name in rows.columns]).alias("row"),
-            F.lit(None).cast("string").alias("topic"), F.col("_batch_id").cast("int").alias("partition"),
-            F.monotonically_increasing_id().alias("offset"), F.col("_ingested_at").alias("timestamp"),
+            F.lit(None).cast("string").alias("topic"), F.col(ROW_PARTITION).alias("partition"),
+            F.col(ROW_OFFSET).alias("offset"), F.col("_ingested_at").alias("timestamp"),
             F.lit(None).cast("string").alias("schema_id"), "_ingested_at", "_batch_id")
         meta = {
             "_op": F.lit("r"), "_deleted": F.lit(False), "_source_ts": F.col("timestamp"),
