@@ -228,10 +228,11 @@ class SparkSettings(_Section):
     class_data: bool = Field(
         True, description="a local driver maps the class-data archive of Spark's classes that `pipeline setup` "
         "writes (`pipeline/runtime/class_data.py`): about half of its start")
-    jit: Literal["tiered", "hot"] | None = Field(
-        None, description="a local driver's JIT: tiered, the JVM's own; hot: its optimising compiler (C2) only for "
-        "code called 10 times as often, which a bounded run does not pay back otherwise; unset: hot for `backfill`, "
-        "tiered for the rest (docs/benchmarks.md, the initial load)")
+    jvm: Literal["service", "batch"] | None = Field(
+        None, description="a local driver's JVM, which runs the tasks too: service, the JVM's own JIT and collector; "
+        "batch, its optimising compiler (C2) only for code called 10 times as often and the parallel collector, "
+        "for a run that ends with its work; unset: batch for `backfill`, service for the rest "
+        "(docs/benchmarks.md, the initial load)")
     conf: dict[str, str] = Field(default_factory=dict, description="extra Spark settings, applied last")
 
     @field_validator("master")

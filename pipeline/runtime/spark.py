@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -38,17 +39,22 @@ LOCAL_FILE_SYSTEM = "cdc.hadoop.LocalFileSystem"
 # jvm/cdc: Iceberg's files on the local disk; Hadoop's FileIO sends the whole Hadoop configuration with every table
 # a scan or a write sends to its tasks
 LOCAL_FILE_IO = "cdc.iceberg.LocalFileIO"
-# `spark.jit = hot`: C2 compiles a method once it is called (or loops) ten times as often as the JVM's own
+# `spark.jvm = batch`: C2 compiles a method once it is called (or loops) ten times as often as the JVM's own
 # thresholds say; C1 compiles the rest. A local driver runs the tasks too: their per-row code gets there within
 # the first rows, while the start's and the planning's code, which C2 would compile for a run that ends before it
-# pays back, stays with C1. The initial load of 1M rows: 35.2 -> 28.7-29.9 CPU-s (docs/benchmarks.md).
-HOT_ONLY_JAVA_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=20000 "
-                         "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=400000")
+# pays back, stays with C1. And the parallel collector, whose simpler write barrier the compiled code pays for
+# every stored reference. The initial load of 1M rows: 35.2 -> 28.7-29.9 CPU-s with the thresholds, then 1.4 CPU-s
+# less with the collector (docs/benchmarks.md).
+BATCH_JAVA_OPTIONS = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=20000 "
+                      "-XX:Tier4CompileThreshold=60000 -XX:Tier4BackEdgeThreshold=400000")
+BATCH_COLLECTOR = "-XX:+UseParallelGC"  # unless the user's driver options choose one: two fail the JVM's start
+CHOSEN_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")
 
 
 def spark_conf(cfg: PipelineConfig, bounded: bool = False) -> dict[str, str]:
     """Every Spark setting the pipeline needs, as plain strings (what spark-submit --conf would take). `bounded`:
-    the run ends when its work does (a backfill), so its JIT is `spark.jit`'s hot one unless set otherwise."""
+    the run ends when its work does (a backfill), so a local driver's JVM is `spark.jvm`'s batch one unless set
+    otherwise."""
     conf = {
         "spark.app.name": cfg.spark.app_name,
         "spark.sql.extensions": SQL_EXTENSIONS,
@@ -77,10 +83,9 @@ def spark_conf(cfg: PipelineConfig, bounded: bool = False) -> dict[str, str]:
     if _local(cfg):
         # The driver on the loopback address: no "hostname resolves to a loopback address" warning, no lookup.
         conf["spark.driver.host"] = "127.0.0.1"
-    hot = _local(cfg) and (cfg.spark.jit or ("hot" if bounded else "tiered")) == "hot"
     conf["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
         f"-Dlog4j2.configurationFile={log_config_path(cfg).as_uri()}", class_data.java_option(cfg, _local(cfg)),
-        HOT_ONLY_JAVA_OPTIONS if hot else None]))
+        *_batch_java_options(cfg, bounded)]))
     if cfg.spark.preload_workers:
         conf["spark.python.daemon.module"] = "pipeline.runtime.worker_daemon"
     if _own_jars(cfg):
@@ -103,6 +108,14 @@ def spark_conf(cfg: PipelineConfig, bounded: bool = False) -> dict[str, str]:
             "spark.driver.extraJavaOptions"]:  # the user's JVM options, and the log configuration unless they name one
         conf["spark.driver.extraJavaOptions"] = f"{mine} {conf['spark.driver.extraJavaOptions']}"
     return conf
+
+
+def _batch_java_options(cfg: PipelineConfig, bounded: bool) -> list[str]:
+    """A local batch driver's JIT thresholds and collector (`spark.jvm`); none for a service or a remote driver."""
+    if not _local(cfg) or (cfg.spark.jvm or ("batch" if bounded else "service")) != "batch":
+        return []
+    theirs = cfg.spark.conf.get("spark.driver.extraJavaOptions", "")
+    return [BATCH_JAVA_OPTIONS, *([] if CHOSEN_COLLECTOR.search(theirs) else [BATCH_COLLECTOR])]
 
 
 def _own_jars(cfg: PipelineConfig) -> bool:

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.runtime import jvm
 from pipeline.config.settings import load_config
-from pipeline.runtime.spark import HOT_ONLY_JAVA_OPTIONS, spark_conf
+from pipeline.runtime.spark import BATCH_COLLECTOR, BATCH_JAVA_OPTIONS, spark_conf
 from tables.catalog import pyiceberg_properties, sqlalchemy_url
 
 
@@ -70,18 +70,23 @@ def test_user_conf_wins(tmp_path: Path) -> None:
     assert "spark.master" not in conf
 
 
-def test_a_bounded_local_run_compiles_only_hot_code_with_c2_unless_told(tmp_path: Path) -> None:
+def test_a_bounded_local_run_gets_the_batch_jvm_unless_told(tmp_path: Path) -> None:
     def options(*overrides: str, bounded: bool) -> str:
         return spark_conf(_cfg(tmp_path, *overrides), bounded)["spark.driver.extraJavaOptions"]
 
-    assert HOT_ONLY_JAVA_OPTIONS in options(bounded=True)
-    assert HOT_ONLY_JAVA_OPTIONS not in options(bounded=False)  # a stream's driver keeps the JVM's own tiers
-    assert HOT_ONLY_JAVA_OPTIONS not in options("spark.jit=tiered", bounded=True)
-    assert HOT_ONLY_JAVA_OPTIONS in options("spark.jit=hot", bounded=False)
-    assert HOT_ONLY_JAVA_OPTIONS not in options("spark.master=spark://master:7077", bounded=True)  # runs no task
+    batch = f"{BATCH_JAVA_OPTIONS} {BATCH_COLLECTOR}"
+    assert batch in options(bounded=True)
+    assert BATCH_JAVA_OPTIONS not in options(bounded=False)  # a stream's driver keeps the JVM's own
+    assert BATCH_COLLECTOR not in options(bounded=False)
+    assert BATCH_JAVA_OPTIONS not in options("spark.jvm=service", bounded=True)
+    assert batch in options("spark.jvm=batch", bounded=False)
+    assert BATCH_JAVA_OPTIONS not in options("spark.master=spark://master:7077", bounded=True)  # runs no task
     # the user's own JVM options come after the pipeline's: the JVM takes the last of a repeated flag
     told = options("spark.conf.spark.driver.extraJavaOptions=-XX:Tier4InvocationThreshold=9", bounded=True)
-    assert told.index(HOT_ONLY_JAVA_OPTIONS) < told.index("-XX:Tier4InvocationThreshold=9")
+    assert told.index(BATCH_JAVA_OPTIONS) < told.index("-XX:Tier4InvocationThreshold=9")
+    # but two collectors stop the JVM at its start: theirs alone
+    theirs = options("spark.conf.spark.driver.extraJavaOptions=-XX:+UseG1GC -Xss4m", bounded=True)
+    assert BATCH_JAVA_OPTIONS in theirs and BATCH_COLLECTOR not in theirs and "-XX:+UseG1GC" in theirs
 
 
 def test_local_jars_missing_is_a_clear_error(tmp_path: Path) -> None:
