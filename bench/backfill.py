@@ -107,21 +107,27 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)  # the plain Spark side's process
     args = parser.parse_args()
-    overrides = [*SETTINGS, *args.overrides]
-    cfg = load_config(overrides=overrides, environ={})
     if args.plain:
-        plain(cfg, args.rows)
+        plain(load_config(overrides=[*SETTINGS, *args.overrides], environ={}), args.rows)
         return
+    initial_load(args.rows, args.overrides)
+
+
+def initial_load(rows: int, overrides: list[str]) -> float:
+    """The race for a table of `rows` rows, PostgreSQL started from the stack unless it runs: the backfill's rows
+    per CPU-second (`bench/mirror.py` reports it too)."""
+    overrides = [*SETTINGS, *overrides]
+    cfg = load_config(overrides=overrides, environ={})
     stack = Stack(cfg, only=["postgres"])
     started = stack.up()
     try:
-        race(cfg, args.rows, overrides, next(s for s in stack.services if s.name == "postgres").process.pid())
+        return race(cfg, rows, overrides, next(s for s in stack.services if s.name == "postgres").process.pid())
     finally:
         if started:  # stopped as found: the table stays in the bench's home for the next run
             stack.down()
 
 
-def race(cfg: PipelineConfig, rows: int, overrides: list[str], postgres: int) -> None:
+def race(cfg: PipelineConfig, rows: int, overrides: list[str], postgres: int) -> float:
     """The table of `rows` rows made (or kept from an earlier run), then plain Spark's landing and the backfill,
     each in a process of its own, PostgreSQL's CPU apart."""
     started, psql = time.monotonic(), Psql(cfg.stack)
@@ -148,7 +154,8 @@ def race(cfg: PipelineConfig, rows: int, overrides: list[str], postgres: int) ->
     print(f"backfill: landing {describe(sampler.between(first_at, landed_at or ended))}", flush=True)
     print(f"backfill: whole run {describe(sampler.total())} ({table})", flush=True)
     print(f"backfill: {rows:,} rows, {rows / total:,.0f} rows/CPU-s (landing {rows / landing:,.0f}, "
-          f"first build {build:.1f} CPU-s), landing {plain_cpu / landing:.2f}x plain Spark")
+          f"first build {build:.1f} CPU-s), landing {plain_cpu / landing:.2f}x plain Spark", flush=True)
+    return rows / total
 
 
 if __name__ == "__main__":

@@ -15,14 +15,16 @@ in the ratio: it comes once in several folds) and the compaction of the base tha
 The product's default settings (`mirror.layout`, `mirror.write_mode`); the mirror is bucketed by its key, as a
 data engineer lays out a large mirror served by key (`--partition-by`, '' for none; Delta takes columns only:
 `--set lake.format=delta --partition-by ''`, with `--set mirror.write_mode=merge-on-read` for deletion vectors). Needs no services: the
-changelog is synthesised in Spark in a throw-away folder. Usage:
-bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--warmup 200000] [--partition-by "bucket(16, artist_id)"] [--set k=v ...]
+changelog is synthesised in Spark in a throw-away folder. Then, for each size, the initial load of a PostgreSQL table
+of as many rows (`bench/backfill.py`, which starts PostgreSQL from the stack; `--no-initial-load` leaves it out).
+Usage: bench/mirror.py [--sizes 1000000,10000000] [--changes 100000] [--warmup 200000]
+[--partition-by "bucket(16, artist_id)"] [--no-initial-load] [--set k=v ...]
 The SCD2 mirror of the same changelog (`mirror.scd_type = 2`) is built and merged into too, and its line
 (`scd2: 100k into 10M in <s> s, <x>x the append, growth <x> (uniform); fold <s> s = <x>x the rebuild, growth <x>`,
 the rebuild the current-state one's) comes before the
 summary. Ends with: `mirror: 100k into 10M in <s> s, <x>x the append, <x>x faster than a rebuild, growth <x> (uniform),
-<x> (skewed), first build <x>x the rebuild, fold <x>x the rebuild (10M), growth <x>` (the largest size's; the
-fold's growth from the smallest size).
+<x> (skewed), first build <x>x the rebuild, fold <x>x the rebuild (10M), growth <x>, initial load <n> rows/CPU-s
+(1M), <n> rows/CPU-s (10M)` (the largest size's; the fold's growth from the smallest size).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.backfill import initial_load  # noqa: E402
 from cdc.merge import latest_per_key  # noqa: E402
 from pipeline.config.settings import load_config  # noqa: E402
 from pipeline.runtime import logs  # noqa: E402
@@ -200,6 +203,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200_000,
                         help="rows of an untimed first build and rebuild before the sizes (0: none)")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--no-initial-load", dest="initial_load", action="store_false",
+                        help="leave out the initial load of each size (bench/backfill.py, which starts PostgreSQL)")
     args = parser.parse_args()
     logs.configure("WARNING")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -222,6 +227,7 @@ def main() -> None:
         for rows in sizes:
             results[rows] = one_size(spark, sized(short(rows)), rows, args.changes)
         spark.stop()
+    loads = {rows: initial_load(rows, []) for rows in sizes} if args.initial_load else {}
     small, large = results[sizes[0]], results[sizes[-1]]
     for rows, figures in results.items():
         print(f"{short(rows)}: " + ", ".join(
@@ -244,7 +250,9 @@ def main() -> None:
           f"{large['merge skewed'] / small['merge skewed']:.2f} (skewed), "
           f"first build {large['first build'] / large['first rebuild']:.2f}x the rebuild"
           + (f", fold {large['fold'] / large['rebuild']:.2f}x the rebuild ({short(sizes[-1])}), growth "
-             f"{large['fold'] / small['fold']:.2f}" if "fold" in large else ""))
+             f"{large['fold'] / small['fold']:.2f}" if "fold" in large else "")
+          + (", initial load " + ", ".join(f"{rate:,.0f} rows/CPU-s ({short(rows)})" for rows, rate in loads.items())
+             if loads else ""))
 
 
 if __name__ == "__main__":
