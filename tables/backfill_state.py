@@ -37,6 +37,12 @@ def backfill_running(properties: Mapping[str, str]) -> bool:
     return backfill_state(properties).get("state") == RUNNING
 
 
+def one_pass(properties: Mapping[str, str] | None, restart: bool) -> bool:
+    """Whether a backfill starting now lands one pass from the first key, so far: into a new changelog table
+    (`properties` None), or resuming a pass that was one (a restart lands the keys again)."""
+    return properties is None or (not restart and backfill_state(properties).get(KEYS_ONCE) is True)
+
+
 def keys_once(properties: Mapping[str, str], through: int) -> bool:
     """Whether each key of the changelog table, as of its commit `through`, has one change, a snapshot row knowing
     every column: its finished backfill says so of the commit it finished at, and nothing landed since. Its first

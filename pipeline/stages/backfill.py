@@ -26,7 +26,7 @@ from pipeline.sources.postgres_snapshot import Bound, KeyRange, PostgresSnapshot
 from pipeline.stages.changelog.landing import changelog_appender, changelog_owners, stamped
 from pipeline.stages.mirror import MirrorStage, TableReport
 from tables.append import COMMIT_PROPERTY, SOURCE_PROPERTY
-from tables.backfill_state import DONE, KEYS_ONCE, RUNNING, THROUGH, backfill_property, backfill_state
+from tables.backfill_state import DONE, KEYS_ONCE, RUNNING, THROUGH, backfill_property, backfill_state, one_pass
 from tables.first_build import is_first_build
 from tables.keys import keys_property
 from tables.lake import IcebergLakeTable, create_namespace, lake_table
@@ -111,8 +111,7 @@ class Backfill:
                                 f"{', '.join(unsupported)}: let the connector take this table's snapshot "
                                 "(snapshot.mode=initial)")
         started = time.monotonic()
-        # One pass from the first key: a new table, or a resumed pass of one (a restart lands the keys again)
-        once = not self.table.exists() or (not restart and backfill_state(self.table.properties()).get(KEYS_ONCE) is True)
+        once = one_pass(self.table.properties() if self.table.exists() else None, restart)
         position, ranges = self._position(shape, key, restart)
         first_rows = position.rows
         if position.complete:
